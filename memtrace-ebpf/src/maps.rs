@@ -1,0 +1,99 @@
+//! Maps and load-time globals of the kernel side: the contract with
+//! userspace (`memtrace::bpf`). Map names and value layouts come from
+//! `memtrace-common`; globals are set with `EbpfLoader::override_global`
+//! under the names in `memtrace::bpf::globals`.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    Global,
+};
+use memtrace_common::{ProcessCounters, PyProcessInfo};
+
+/// Most processes traced at once (one `PROCESSES` / `PY_PROCESSES` entry each).
+pub const MAX_PROCESSES: u32 = 16_384;
+/// Most threads with a memory syscall in flight at once (`PENDING_SYSCALLS`).
+pub const MAX_PENDING_SYSCALLS: u32 = 16_384;
+/// Default size of the `RECORDS` ring buffer, in bytes; userspace may
+/// override it with `EbpfLoader::map_max_entries`.
+pub const RECORDS_BYTES: u32 = 32 << 20;
+
+/// Ring buffer of records (`memtrace_common::RECORDS_MAP`).
+#[map]
+pub static RECORDS: RingBuf = RingBuf::with_byte_size(RECORDS_BYTES, 0);
+
+/// Traced processes: tgid -> exact counters (`memtrace_common::PROCESSES_MAP`).
+#[map]
+pub static PROCESSES: HashMap<u32, ProcessCounters> =
+    HashMap::with_max_entries(MAX_PROCESSES, 0);
+
+/// Python processes: tgid -> how to walk their stacks
+/// (`memtrace_common::PY_PROCESSES_MAP`).
+#[map]
+pub static PY_PROCESSES: HashMap<u32, PyProcessInfo> =
+    HashMap::with_max_entries(MAX_PROCESSES, 0);
+
+/// Records that could not be reserved in `RECORDS`, one `u64` per CPU
+/// (`memtrace_common::DROPPED_MAP`).
+#[map]
+pub static DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// The last `exceptions:page_fault_user` on this CPU, read by the
+/// `kmem:rss_stat` event that the same fault raises right after.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PendingFault {
+    /// Thread that faulted.
+    pub tid: u32,
+    /// Always zero.
+    pub _pad: u32,
+    /// Faulting user address.
+    pub address: u64,
+    /// User instruction pointer of the faulting instruction.
+    pub ip: u64,
+    /// x86 page-fault error code.
+    pub error_code: u64,
+}
+
+/// One [`PendingFault`] per CPU.
+#[map]
+pub static PENDING_FAULT: PerCpuArray<PendingFault> = PerCpuArray::with_max_entries(1, 0);
+
+/// Arguments of a memory syscall between its `sys_enter_*` and `sys_exit_*`
+/// tracepoints, keyed by tid.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PendingSyscall {
+    /// A `memtrace_common::MemoryEvent` family: which syscall this is.
+    pub syscall: u32,
+    /// Always zero.
+    pub _pad: u32,
+    /// Syscall arguments as the `sys_enter_*` format lists them.
+    pub args: [u64; 4],
+}
+
+/// Syscalls in flight: tid -> arguments. LRU so that a thread killed inside a
+/// syscall cannot leak an entry forever.
+#[map]
+pub static PENDING_SYSCALLS: LruHashMap<u32, PendingSyscall> =
+    LruHashMap::with_max_entries(MAX_PENDING_SYSCALLS, 0);
+
+/// Mean sampling interval of memory records, in bytes (1 = record every
+/// event). Default 512 KiB.
+#[unsafe(no_mangle)]
+pub static SAMPLE_INTERVAL_BYTES: Global<u64> = Global::new(512 << 10);
+/// Pending ring-buffer bytes above which a submit wakes the reader.
+#[unsafe(no_mangle)]
+pub static WAKEUP_THRESHOLD_BYTES: Global<u64> = Global::new(256 << 10);
+/// Non-zero: a new process forked by a traced one is traced too.
+#[unsafe(no_mangle)]
+pub static FOLLOW_FORKS: Global<u32> = Global::new(1);
+/// `offsetof(struct task_struct, thread.fsbase)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static TASK_FSBASE_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct task_struct, tgid)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static TASK_TGID_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct task_struct, pid)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static TASK_PID_OFFSET: Global<u64> = Global::new(0);

@@ -1,0 +1,271 @@
+//! Address-space changes of traced processes: the `mmap`, `munmap`,
+//! `mremap`, `brk` and `madvise` syscall tracepoints. `sys_enter_*` keeps
+//! the arguments per thread in `PENDING_SYSCALLS`; `sys_exit_*` pairs them
+//! with the result and, for a successful call, updates the process's
+//! counters and samples a `MemoryRecord`.
+//!
+//! Formats (/sys/kernel/tracing/events/syscalls/sys_{enter,exit}_*/format on
+//! 6.18): every `sys_enter_*` has its arguments as 8-byte fields from offset
+//! 16, in order (`mmap`: addr, len, prot, flags; `munmap`: addr, len;
+//! `mremap`: addr, old_len, new_len, flags; `brk`: brk; `madvise`: start,
+//! len_in, behavior); every `sys_exit_*` has `long ret` at offset 16.
+
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use memtrace_common::{MemoryEvent, ProcessCounters, PAGE_SIZE_BYTES};
+
+use crate::{
+    counters::{add, current_ids, swap, traced},
+    maps::{PendingSyscall, PENDING_SYSCALLS},
+    sample::{count_and_emit, MemoryEventArgs},
+};
+
+/// Offset of the first argument in a `sys_enter_*` record.
+const ARGS_OFFSET: usize = 16;
+/// Offset of `long ret` in a `sys_exit_*` record.
+const RET_OFFSET: usize = 16;
+/// Largest errno a syscall returns as `-errno` (include/linux/err.h).
+const MAX_ERRNO: u64 = 4095;
+/// `madvise` advice that gives memory back (include/uapi/asm-generic/mman-common.h).
+const MADV_DONTNEED: u64 = 4;
+/// See [`MADV_DONTNEED`].
+const MADV_FREE: u64 = 8;
+
+/// Which syscall a pending entry belongs to (stored as `u32`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+enum Syscall {
+    Mmap = 1,
+    Munmap = 2,
+    Mremap = 3,
+    Brk = 4,
+    Madvise = 5,
+}
+
+/// Stores the first `arg_count` arguments of `syscall` for the current
+/// thread if its process is traced.
+#[inline(always)]
+fn enter(ctx: &TracePointContext, syscall: Syscall, arg_count: usize) -> Result<(), ()> {
+    let (tgid, tid) = current_ids();
+    if traced(tgid).is_none() {
+        return Ok(());
+    }
+    let mut pending = PendingSyscall {
+        syscall: syscall as u32,
+        _pad: 0,
+        args: [0; 4],
+    };
+    for (index, arg) in pending.args.iter_mut().enumerate().take(arg_count) {
+        // SAFETY: offsets within the tracepoint record (formats above).
+        *arg = unsafe { ctx.read_at(ARGS_OFFSET + 8 * index) }.map_err(|_| ())?;
+    }
+    PENDING_SYSCALLS.insert(tid, pending, 0).map_err(|_| ())
+}
+
+/// The pending arguments of `syscall`, the return value and the counters of
+/// the current thread's process, removing the pending entry.
+#[inline(always)]
+fn exit(
+    ctx: &TracePointContext,
+    syscall: Syscall,
+) -> Result<Option<(u32, [u64; 4], u64, *mut ProcessCounters)>, ()> {
+    let (tgid, tid) = current_ids();
+    // SAFETY: the value is copied out before it is removed.
+    let Some(pending) = (unsafe { PENDING_SYSCALLS.get(tid) }).copied() else {
+        return Ok(None);
+    };
+    let _ = PENDING_SYSCALLS.remove(tid);
+    if pending.syscall != syscall as u32 {
+        return Ok(None);
+    }
+    let Some(counters) = traced(tgid) else {
+        return Ok(None);
+    };
+    // SAFETY: offset within the tracepoint record (formats above).
+    let ret: u64 = unsafe { ctx.read_at(RET_OFFSET) }.map_err(|_| ())?;
+    // SAFETY: live map value of a traced process.
+    unsafe { add(&raw mut (*counters).syscalls, 1) };
+    Ok(Some((tgid, pending.args, ret, counters)))
+}
+
+/// True when a syscall returning an address or 0 failed (`-errno`).
+#[inline(always)]
+fn failed(ret: u64) -> bool {
+    ret > u64::MAX - MAX_ERRNO
+}
+
+/// `len` rounded up to whole pages, as the kernel does.
+#[inline(always)]
+fn page_align(len: u64) -> u64 {
+    len.wrapping_add(PAGE_SIZE_BYTES - 1) & !(PAGE_SIZE_BYTES - 1)
+}
+
+/// Generates the `sys_enter_*` program of one syscall.
+macro_rules! enter_program {
+    ($name:ident, $try_name:ident, $syscall:expr, $arg_count:expr) => {
+        #[doc = concat!("Tracepoint `syscalls/", stringify!($name), "`: keeps the arguments.")]
+        #[tracepoint]
+        pub fn $name(ctx: TracePointContext) -> u32 {
+            match $try_name(&ctx) {
+                Ok(()) | Err(()) => 0,
+            }
+        }
+
+        fn $try_name(ctx: &TracePointContext) -> Result<(), ()> {
+            enter(ctx, $syscall, $arg_count)
+        }
+    };
+}
+
+/// Generates the `sys_exit_*` program of one syscall around its handler.
+macro_rules! exit_program {
+    ($name:ident, $try_name:ident, $syscall:expr, $handler:ident) => {
+        #[doc = concat!("Tracepoint `syscalls/", stringify!($name), "`: accounts a successful call.")]
+        #[tracepoint]
+        pub fn $name(ctx: TracePointContext) -> u32 {
+            match $try_name(&ctx) {
+                Ok(()) | Err(()) => 0,
+            }
+        }
+
+        fn $try_name(ctx: &TracePointContext) -> Result<(), ()> {
+            if let Some((tgid, args, ret, counters)) = exit(ctx, $syscall)? {
+                // SAFETY: `counters` is the live map value of `tgid`.
+                unsafe { $handler(tgid, &args, ret, counters) };
+            }
+            Ok(())
+        }
+    };
+}
+
+enter_program!(sys_enter_mmap, try_sys_enter_mmap, Syscall::Mmap, 4);
+exit_program!(sys_exit_mmap, try_sys_exit_mmap, Syscall::Mmap, on_mmap);
+enter_program!(sys_enter_munmap, try_sys_enter_munmap, Syscall::Munmap, 2);
+exit_program!(sys_exit_munmap, try_sys_exit_munmap, Syscall::Munmap, on_munmap);
+enter_program!(sys_enter_mremap, try_sys_enter_mremap, Syscall::Mremap, 4);
+exit_program!(sys_exit_mremap, try_sys_exit_mremap, Syscall::Mremap, on_mremap);
+enter_program!(sys_enter_brk, try_sys_enter_brk, Syscall::Brk, 1);
+exit_program!(sys_exit_brk, try_sys_exit_brk, Syscall::Brk, on_brk);
+enter_program!(sys_enter_madvise, try_sys_enter_madvise, Syscall::Madvise, 3);
+exit_program!(sys_exit_madvise, try_sys_exit_madvise, Syscall::Madvise, on_madvise);
+
+/// `mmap(addr, len, prot, flags, ..)` returned the mapping's start.
+///
+/// # Safety
+/// `counters` is the live `PROCESSES` value of `tgid`.
+#[inline(always)]
+unsafe fn on_mmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut ProcessCounters) {
+    if failed(ret) {
+        return;
+    }
+    let event = MemoryEventArgs {
+        event: MemoryEvent::Mmap,
+        addr: ret,
+        len_bytes: page_align(args[1]),
+        native_ip: 0,
+        flags: (args[3] & 0xffff_ffff) | (args[2] << 32),
+    };
+    // SAFETY: see the function's contract.
+    unsafe { count_and_emit(tgid, &raw mut (*counters).mmap_bytes, &event) };
+}
+
+/// `munmap(addr, len)` returned 0 on success.
+///
+/// # Safety
+/// As for [`on_mmap`].
+#[inline(always)]
+unsafe fn on_munmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut ProcessCounters) {
+    if ret != 0 {
+        return;
+    }
+    let event = MemoryEventArgs {
+        event: MemoryEvent::Munmap,
+        addr: args[0],
+        len_bytes: page_align(args[1]),
+        native_ip: 0,
+        flags: 0,
+    };
+    // SAFETY: see the function's contract.
+    unsafe { count_and_emit(tgid, &raw mut (*counters).munmap_bytes, &event) };
+}
+
+/// `mremap(addr, old_len, new_len, flags, ..)` returned the new start.
+///
+/// # Safety
+/// As for [`on_mmap`].
+#[inline(always)]
+unsafe fn on_mremap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut ProcessCounters) {
+    if failed(ret) {
+        return;
+    }
+    let (old_len, new_len) = (page_align(args[1]), page_align(args[2]));
+    let (event, addr, len_bytes, field) = if new_len > old_len {
+        let field = unsafe { &raw mut (*counters).mremap_grow_bytes };
+        (MemoryEvent::MremapGrow, ret, new_len - old_len, field)
+    } else if new_len < old_len {
+        let field = unsafe { &raw mut (*counters).mremap_shrink_bytes };
+        (MemoryEvent::MremapShrink, ret + new_len, old_len - new_len, field)
+    } else {
+        return;
+    };
+    let event = MemoryEventArgs {
+        event,
+        addr,
+        len_bytes,
+        native_ip: 0,
+        flags: args[3],
+    };
+    // SAFETY: see the function's contract.
+    unsafe { count_and_emit(tgid, field, &event) };
+}
+
+/// `brk(addr)` returned the new program break (the old one on failure or
+/// for `brk(0)`). The first call only learns the break.
+///
+/// # Safety
+/// As for [`on_mmap`].
+#[inline(always)]
+unsafe fn on_brk(tgid: u32, _args: &[u64; 4], ret: u64, counters: *mut ProcessCounters) {
+    // SAFETY: see the function's contract.
+    let old_end = unsafe { swap(&raw mut (*counters).brk_end, ret) };
+    if old_end == 0 || old_end == ret {
+        return;
+    }
+    let (event, addr, len_bytes, field) = if ret > old_end {
+        let field = unsafe { &raw mut (*counters).brk_grow_bytes };
+        (MemoryEvent::BrkGrow, old_end, ret - old_end, field)
+    } else {
+        let field = unsafe { &raw mut (*counters).brk_shrink_bytes };
+        (MemoryEvent::BrkShrink, ret, old_end - ret, field)
+    };
+    let event = MemoryEventArgs {
+        event,
+        addr,
+        len_bytes,
+        native_ip: 0,
+        flags: 0,
+    };
+    // SAFETY: see the function's contract.
+    unsafe { count_and_emit(tgid, field, &event) };
+}
+
+/// `madvise(start, len, advice)` returned 0 on success; only advice that
+/// gives memory back is accounted.
+///
+/// # Safety
+/// As for [`on_mmap`].
+#[inline(always)]
+unsafe fn on_madvise(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut ProcessCounters) {
+    let advice = args[2] & 0xffff_ffff;
+    if ret != 0 || (advice != MADV_DONTNEED && advice != MADV_FREE) {
+        return;
+    }
+    let event = MemoryEventArgs {
+        event: MemoryEvent::MadviseFree,
+        addr: args[0],
+        len_bytes: page_align(args[1]),
+        native_ip: 0,
+        flags: advice,
+    };
+    // SAFETY: see the function's contract.
+    unsafe { count_and_emit(tgid, &raw mut (*counters).madvise_free_bytes, &event) };
+}

@@ -1,0 +1,181 @@
+//! Python stack walk inside the BPF program: reads the current thread's
+//! CPython frame chain (innermost first) straight into a reserved
+//! `MemoryRecord`, using the per-process `PyProcessInfo` that userspace put
+//! in `PY_PROCESSES`. Method and offsets: shared/notes/python-stacks.md §4-5
+//! (glibc x86-64 TSS slot `fsbase + 0x310 + 16 * key + 8`, then the
+//! `_PyInterpreterFrame` chain through `previous`).
+
+use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user};
+use memtrace_common::{
+    PyFrame, PyOffsets, MAX_FRAMES, NO_OFFSET, STACK_NO_PYTHON, STACK_NO_THREAD_STATE,
+    STACK_READ_ERROR, STACK_TRUNCATED,
+};
+
+use crate::maps::{PY_PROCESSES, TASK_FSBASE_OFFSET};
+
+/// glibc x86-64: offset of `struct pthread.specific_1stblock` from the
+/// thread pointer (fsbase); each `pthread_key_data` is `{seq, data}` (16
+/// bytes) and `data` is at +8 (python-stacks.md §4 A; bcc pyperf).
+const GLIBC_TSD_FIRST_BLOCK: u64 = 0x310;
+/// Keys of the first TSD block (`PTHREAD_KEY_2NDLEVEL_SIZE`); larger keys
+/// need a second-level read, which is not done.
+const GLIBC_TSD_FIRST_BLOCK_KEYS: u32 = 32;
+
+/// Outcome of one walk: how many frames were written and the `STACK_*` bits.
+pub struct Walk {
+    /// Valid entries written to the frames array.
+    pub frame_count: u32,
+    /// `STACK_*` bits.
+    pub stack_status: u32,
+}
+
+impl Walk {
+    /// A walk that wrote no frame, with `status`.
+    const fn empty(status: u32) -> Self {
+        Self {
+            frame_count: 0,
+            stack_status: status,
+        }
+    }
+}
+
+/// Reads a `T` at `addr` in the current process's address space.
+#[inline(always)]
+fn read_user<T>(addr: u64) -> Result<T, ()> {
+    // SAFETY: bpf_probe_read_user checks the address; failure is an Err.
+    unsafe { bpf_probe_read_user(addr as *const T) }.map_err(|_| ())
+}
+
+/// Walks the Python stack of the current thread of process `tgid` into
+/// `frames` (innermost first).
+///
+/// # Safety
+/// `frames` points to writable memory for `MAX_FRAMES` frames (a reserved
+/// ring-buffer record).
+#[inline(always)]
+pub unsafe fn walk(tgid: u32, frames: *mut [PyFrame; MAX_FRAMES]) -> Walk {
+    // SAFETY: the value is copied out at once; userspace replaces entries
+    // only whole, between walks of this process.
+    let Some(info) = (unsafe { PY_PROCESSES.get(tgid) }).copied() else {
+        return Walk::empty(STACK_NO_PYTHON);
+    };
+    if info.tss_key >= GLIBC_TSD_FIRST_BLOCK_KEYS {
+        return Walk::empty(STACK_NO_THREAD_STATE);
+    }
+    let Ok(tstate) = thread_state(info.tss_key) else {
+        return Walk::empty(STACK_READ_ERROR);
+    };
+    if tstate == 0 {
+        return Walk::empty(STACK_NO_THREAD_STATE);
+    }
+    let Ok(frame) = current_frame(tstate, &info.offsets) else {
+        return Walk::empty(STACK_READ_ERROR);
+    };
+    unsafe { walk_frames(frame, &info.offsets, frames) }
+}
+
+/// The current thread's `PyThreadState*` from its glibc TSS slot `key`.
+#[inline(always)]
+fn thread_state(key: u32) -> Result<u64, ()> {
+    // SAFETY: helper without arguments; returns the current task_struct.
+    let task = unsafe { bpf_get_current_task() };
+    // SAFETY: bpf_probe_read_kernel checks the address.
+    let fsbase: u64 =
+        unsafe { bpf_probe_read_kernel((task + TASK_FSBASE_OFFSET.load()) as *const u64) }
+            .map_err(|_| ())?;
+    read_user(fsbase + GLIBC_TSD_FIRST_BLOCK + 16 * u64::from(key) + 8)
+}
+
+/// The innermost `_PyInterpreterFrame*` of thread state `tstate`.
+#[inline(always)]
+fn current_frame(tstate: u64, offsets: &PyOffsets) -> Result<u64, ()> {
+    if offsets.tstate_cframe == NO_OFFSET {
+        return read_user(tstate + u64::from(offsets.current_frame));
+    }
+    let cframe: u64 = read_user(tstate + u64::from(offsets.tstate_cframe))?;
+    read_user(cframe + u64::from(offsets.current_frame))
+}
+
+/// `frame`, or its `previous` when `frame` is an interpreter entry frame
+/// (3.12+: `owner >= owner_skip_min`; an entry frame's caller is a real
+/// frame, so one skip per step is enough).
+#[inline(always)]
+fn skip_entry_frame(frame: u64, offsets: &PyOffsets) -> Result<u64, ()> {
+    if offsets.owner_skip_min == NO_OFFSET {
+        return Ok(frame);
+    }
+    let owner: u8 = read_user(frame + u64::from(offsets.frame_owner))?;
+    if u16::from(owner) < offsets.owner_skip_min {
+        return Ok(frame);
+    }
+    read_user(frame + u64::from(offsets.frame_previous))
+}
+
+/// The entry of the real frame `frame`.
+#[inline(always)]
+fn read_frame(frame: u64, offsets: &PyOffsets) -> Result<PyFrame, ()> {
+    // 3.14 tags `f_executable` in its low bits (python-stacks.md §5); code
+    // objects are at least 8-byte aligned, so masking is harmless before it.
+    let code = read_user::<u64>(frame + u64::from(offsets.frame_code))? & !3;
+    let instr_ptr: u64 = read_user(frame + u64::from(offsets.frame_instr_ptr))?;
+    let first_lineno: u32 = read_user(code + u64::from(offsets.code_firstlineno))?;
+    let code_start = code + u64::from(offsets.code_adaptive);
+    // A frame that has not started yet has instr_ptr before co_code_adaptive.
+    let instr_index = if instr_ptr < code_start {
+        -1
+    } else {
+        i32::try_from((instr_ptr - code_start) / 2).unwrap_or(i32::MAX)
+    };
+    Ok(PyFrame {
+        code_addr: code,
+        instr_index,
+        first_lineno,
+    })
+}
+
+/// Follows `previous` from `frame` for at most `MAX_FRAMES` real frames,
+/// writing frame `i` of the chain to `frames[i]`.
+///
+/// Step `i` always writes entry `i` (entry frames are skipped inside the
+/// step), so the verifier sees one state per step instead of one per
+/// (step, frames written) pair, which exceeded its 1M-instruction budget.
+///
+/// # Safety
+/// As for [`walk`].
+#[inline(always)]
+unsafe fn walk_frames(
+    mut frame: u64,
+    offsets: &PyOffsets,
+    frames: *mut [PyFrame; MAX_FRAMES],
+) -> Walk {
+    for index in 0..MAX_FRAMES {
+        if frame == 0 {
+            return walk_result(index, 0);
+        }
+        frame = match skip_entry_frame(frame, offsets) {
+            Ok(0) => return walk_result(index, 0),
+            Ok(real) => real,
+            Err(()) => return walk_result(index, STACK_READ_ERROR),
+        };
+        let entry = match read_frame(frame, offsets) {
+            Ok(entry) => entry,
+            Err(()) => return walk_result(index, STACK_READ_ERROR),
+        };
+        // SAFETY: index < MAX_FRAMES; `frames` is writable (see `walk`).
+        unsafe { (*frames)[index] = entry };
+        frame = match read_user(frame + u64::from(offsets.frame_previous)) {
+            Ok(previous) => previous,
+            Err(()) => return walk_result(index + 1, STACK_READ_ERROR),
+        };
+    }
+    walk_result(MAX_FRAMES, if frame == 0 { 0 } else { STACK_TRUNCATED })
+}
+
+/// A [`Walk`] of `count` frames.
+#[inline(always)]
+fn walk_result(count: usize, stack_status: u32) -> Walk {
+    Walk {
+        frame_count: count as u32,
+        stack_status,
+    }
+}

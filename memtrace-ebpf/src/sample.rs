@@ -1,0 +1,150 @@
+//! Sampling and emission of ring-buffer records: decides which memory events
+//! get a `MemoryRecord` (by bytes, like heap profilers), reserves it in
+//! `RECORDS`, fills it (with the Python stack from `pystack`) and submits it
+//! with a wakeup only when enough bytes are pending. A record that cannot be
+//! reserved is counted in `DROPPED`, never lost silently.
+
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns},
+    maps::ring_buf::RingBufEntry,
+};
+use memtrace_common::{MemoryEvent, MemoryRecord, RecordHeader, RecordKind};
+
+use crate::{
+    counters::{add, current_ids},
+    maps::{DROPPED, RECORDS, SAMPLE_INTERVAL_BYTES, WAKEUP_THRESHOLD_BYTES},
+    pystack,
+};
+
+/// One memory event before sampling.
+#[derive(Clone, Copy)]
+pub struct MemoryEventArgs {
+    /// What happened.
+    pub event: MemoryEvent,
+    /// Start address (see `MemoryEvent`).
+    pub addr: u64,
+    /// True size of the event, in bytes.
+    pub len_bytes: u64,
+    /// Innermost native instruction pointer, or 0.
+    pub native_ip: u64,
+    /// Event flags (see `MemoryRecord::flags`).
+    pub flags: u64,
+}
+
+/// The sampling weight of an event of `len_bytes` if it is sampled, or
+/// `None`. An event is kept with probability `p = min(1, len / interval)`
+/// and then weighs `max(len, interval) = len / p` bytes, so the sum of
+/// weights estimates the true total without bias.
+#[inline(always)]
+fn sample_weight(len_bytes: u64) -> Option<u64> {
+    let interval = SAMPLE_INTERVAL_BYTES.load();
+    if len_bytes == 0 {
+        return None;
+    }
+    if len_bytes >= interval {
+        return Some(len_bytes);
+    }
+    // SAFETY: helper without arguments.
+    let random = unsafe {
+        (u64::from(bpf_get_prandom_u32()) << 32) | u64::from(bpf_get_prandom_u32())
+    };
+    (random % interval < len_bytes).then_some(interval)
+}
+
+/// A header for a record of `kind` about `tgid`, made by the current thread.
+#[inline(always)]
+pub fn header(kind: RecordKind, tgid: u32) -> RecordHeader {
+    let (_, tid) = current_ids();
+    RecordHeader {
+        kind: kind as u32,
+        tgid,
+        tid,
+        _pad: 0,
+        // SAFETY: helper without arguments.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+    }
+}
+
+/// Submit flags: no wakeup until `WAKEUP_THRESHOLD_BYTES` are pending.
+#[inline(always)]
+fn submit_flags() -> u64 {
+    if RECORDS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_THRESHOLD_BYTES.load() {
+        BPF_RB_FORCE_WAKEUP.into()
+    } else {
+        BPF_RB_NO_WAKEUP.into()
+    }
+}
+
+/// Counts one record that did not fit in the ring buffer.
+#[inline(always)]
+pub fn count_dropped() {
+    if let Some(dropped) = DROPPED.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot of this CPU; programs do not nest on one CPU.
+        unsafe { *dropped += 1 };
+    }
+}
+
+/// Sends a small fixed-size record (fork, exec, exit).
+#[inline(always)]
+pub fn emit<T: 'static>(record: T) {
+    match RECORDS.reserve::<T>(0) {
+        Some(mut entry) => {
+            entry.write(record);
+            entry.submit(submit_flags());
+        }
+        None => count_dropped(),
+    }
+}
+
+/// Samples a memory event of process `tgid` and, if it is kept, sends a
+/// `MemoryRecord` with the current thread's Python stack.
+#[inline(always)]
+pub fn emit_memory(tgid: u32, args: &MemoryEventArgs) {
+    let Some(weight_bytes) = sample_weight(args.len_bytes) else {
+        return;
+    };
+    let Some(mut entry) = RECORDS.reserve::<MemoryRecord>(0) else {
+        count_dropped();
+        return;
+    };
+    fill_memory(&mut entry, tgid, args, weight_bytes);
+    entry.submit(submit_flags());
+}
+
+/// Writes every field of a reserved `MemoryRecord` in place (the record is
+/// 1,104 bytes: too big for the 512-byte BPF stack).
+#[inline(always)]
+fn fill_memory(
+    entry: &mut RingBufEntry<MemoryRecord>,
+    tgid: u32,
+    args: &MemoryEventArgs,
+    weight_bytes: u64,
+) {
+    let record = entry.as_mut_ptr();
+    // SAFETY: `record` points to a reserved, writable ring-buffer entry of
+    // `size_of::<MemoryRecord>()` bytes; fields are written one by one.
+    unsafe {
+        (*record).header = header(RecordKind::Memory, tgid);
+        (*record).event = args.event as u32;
+        (*record).addr = args.addr;
+        (*record).len_bytes = args.len_bytes;
+        (*record).weight_bytes = weight_bytes;
+        (*record).native_ip = args.native_ip;
+        (*record).flags = args.flags;
+        (*record)._pad = 0;
+        let walk = pystack::walk(tgid, &raw mut (*record).frames);
+        (*record).frame_count = walk.frame_count;
+        (*record).stack_status = walk.stack_status;
+    }
+}
+
+/// Adds `len_bytes` to the counter at `field` and samples the event.
+///
+/// # Safety
+/// `field` points into the live `PROCESSES` value of `tgid`.
+#[inline(always)]
+pub unsafe fn count_and_emit(tgid: u32, field: *mut u64, args: &MemoryEventArgs) {
+    unsafe { add(field, args.len_bytes) };
+    emit_memory(tgid, args);
+}

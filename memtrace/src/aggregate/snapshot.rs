@@ -1,0 +1,313 @@
+//! The result of the aggregation step: an immutable [`Report`], the sole
+//! input of every reporter (terminal table, folded stacks, JSON). Plain data,
+//! serde round-trippable.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Frame, PythonStatus, Role, RssPoint, StackId};
+
+/// Facts about the run that the aggregator cannot see, given by the caller
+/// to [`crate::aggregate::Aggregator::finish`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// What was traced, as the user would recognise it (command line or
+    /// `--pid` list).
+    pub command: String,
+    /// Wall time traced, in nanoseconds.
+    pub duration_ns: u64,
+    /// Ring-buffer records read.
+    pub records: u64,
+    /// Records the kernel side could not reserve in the full ring buffer.
+    pub dropped_records: u64,
+    /// Records that failed to decode and were skipped.
+    pub decode_errors: u64,
+    /// Sampling interval of memory events, in bytes (see
+    /// `memtrace_common::MemoryRecord`).
+    pub sample_interval_bytes: u64,
+}
+
+/// Exact per-process counters kept by the kernel side
+/// (`memtrace_common::ProcessCounters`), latest read. All in bytes except the
+/// two event counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExactCounters {
+    /// Sum of resident anonymous memory increases.
+    pub anon_growth_bytes: u64,
+    /// Sum of resident anonymous memory decreases.
+    pub anon_release_bytes: u64,
+    /// Copy-on-write write faults times the page size.
+    pub cow_fault_bytes: u64,
+    /// Mapped by `mmap`.
+    pub mmap_bytes: u64,
+    /// Unmapped by `munmap`.
+    pub munmap_bytes: u64,
+    /// Growth by `mremap`.
+    pub mremap_grow_bytes: u64,
+    /// Shrink by `mremap`.
+    pub mremap_shrink_bytes: u64,
+    /// Heap growth by `brk`.
+    pub brk_grow_bytes: u64,
+    /// Heap shrink by `brk`.
+    pub brk_shrink_bytes: u64,
+    /// Given back by `madvise(MADV_DONTNEED | MADV_FREE)`.
+    pub madvise_free_bytes: u64,
+    /// User page faults seen.
+    pub page_faults: u64,
+    /// Address-space syscalls seen.
+    pub syscalls: u64,
+}
+
+impl From<&memtrace_common::ProcessCounters> for ExactCounters {
+    fn from(c: &memtrace_common::ProcessCounters) -> Self {
+        Self {
+            anon_growth_bytes: c.anon_growth_bytes,
+            anon_release_bytes: c.anon_release_bytes,
+            cow_fault_bytes: c.cow_fault_bytes,
+            mmap_bytes: c.mmap_bytes,
+            munmap_bytes: c.munmap_bytes,
+            mremap_grow_bytes: c.mremap_grow_bytes,
+            mremap_shrink_bytes: c.mremap_shrink_bytes,
+            brk_grow_bytes: c.brk_grow_bytes,
+            brk_shrink_bytes: c.brk_shrink_bytes,
+            madvise_free_bytes: c.madvise_free_bytes,
+            page_faults: c.page_faults,
+            syscalls: c.syscalls,
+        }
+    }
+}
+
+/// Sampled byte totals of memory events: estimates (sums of
+/// `weight_bytes`), per stack or per process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledBytes {
+    /// Resident anonymous growth (`AnonGrowth`).
+    pub growth_bytes: u64,
+    /// Copy-on-write un-sharing (`CowFault`).
+    pub cow_bytes: u64,
+    /// Address space added (`Mmap`, `MremapGrow`, `BrkGrow`).
+    pub mapped_bytes: u64,
+    /// Address space removed or given back (`Munmap`, `MremapShrink`,
+    /// `BrkShrink`, `MadviseFree`).
+    pub unmapped_bytes: u64,
+    /// Samples summed.
+    pub samples: u64,
+}
+
+/// Resident-memory summary of one process from its RSS timeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RssSummary {
+    /// RSS at the first reading.
+    pub start_bytes: u64,
+    /// RSS at the last reading.
+    pub end_bytes: u64,
+    /// High-water mark: highest reading or the kernel's `rss_peak_bytes`,
+    /// whichever is higher.
+    pub peak_bytes: u64,
+    /// `end_bytes - start_bytes` (negative when the process shrank).
+    pub growth_bytes: i64,
+}
+
+/// One traced process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessReport {
+    /// Process id (thread-group id).
+    pub tgid: u32,
+    /// tgid of the parent, when known.
+    pub parent_tgid: Option<u32>,
+    /// Traced on request or forked descendant.
+    pub role: Role,
+    /// Latest command line (after any exec).
+    pub cmdline: String,
+    /// Whether Python stacks could be read; `None` if never determined.
+    pub python: Option<PythonStatus>,
+    /// When the process started (or tracing of it began), in nanoseconds
+    /// since the run start.
+    pub started_ns: u64,
+    /// When it exited, in nanoseconds since the run start; `None` if alive at
+    /// the end.
+    pub exited_ns: Option<u64>,
+    /// How long it was traced: from `started_ns` to its exit or the end of
+    /// the run, in nanoseconds.
+    pub traced_ns: u64,
+    /// RSS summary; `None` if no counters with RSS were ever read.
+    pub rss: Option<RssSummary>,
+    /// Latest exact counters; `None` if never read.
+    pub counters: Option<ExactCounters>,
+    /// Sampled totals over all stacks of this process.
+    pub sampled: SampledBytes,
+    /// RSS over time, oldest first, at most
+    /// [`crate::aggregate::MAX_TIMELINE_POINTS`] points (each the highest
+    /// reading of its time bucket).
+    pub timeline: Vec<RssPoint>,
+}
+
+/// One growth path: the sampled bytes one stack caused in one process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PathReport {
+    /// Process the bytes belong to.
+    pub tgid: u32,
+    /// The call stack: index into [`Report::stacks`].
+    pub stack: StackId,
+    /// Sampled byte totals of this stack in this process.
+    pub bytes: SampledBytes,
+    /// `bytes.growth_bytes` as a fraction (0..=1) of the process's sampled
+    /// growth; 0 when the process has none.
+    pub growth_share: f64,
+    /// `bytes.cow_bytes` as a fraction (0..=1) of the process's sampled
+    /// copy-on-write bytes; 0 when the process has none.
+    pub cow_share: f64,
+}
+
+/// Run-wide totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Processes seen.
+    pub processes: u64,
+    /// Processes traced on request.
+    pub roots: u64,
+    /// Forked descendants.
+    pub workers: u64,
+    /// Most processes alive at once.
+    pub peak_live_processes: u64,
+    /// Sum of the final RSS of the processes alive at the end.
+    pub live_rss_end_bytes: u64,
+    /// Highest sum of the latest RSS of all live processes, taken at every
+    /// counter read.
+    pub peak_total_rss_bytes: u64,
+    /// Exact resident anonymous growth, summed over processes.
+    pub anon_growth_bytes: u64,
+    /// Exact copy-on-write bytes, summed over processes.
+    pub cow_fault_bytes: u64,
+    /// Sampled totals over all processes and stacks.
+    pub sampled: SampledBytes,
+    /// Distinct call stacks seen.
+    pub distinct_stacks: u64,
+}
+
+/// Something the reader of a report must know to trust it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Warning {
+    /// The ring buffer was full and records were lost.
+    DroppedRecords {
+        /// Records lost.
+        records: u64,
+    },
+    /// Records failed to decode.
+    DecodeErrors {
+        /// Records skipped.
+        records: u64,
+    },
+    /// A process's memory has no Python attribution.
+    NoPythonStacks {
+        /// The process.
+        tgid: u32,
+        /// Its command line.
+        cmdline: String,
+        /// Why (not Python, unsupported version, ...).
+        reason: String,
+    },
+    /// Sampled stacks that carry an unknown frame (truncated, unreadable).
+    IncompleteStacks {
+        /// The unknown frame's reason.
+        reason: String,
+        /// Samples with such a stack.
+        samples: u64,
+    },
+    /// A process for which no RSS was ever read.
+    NoRssReadings {
+        /// The process.
+        tgid: u32,
+    },
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DroppedRecords { records } => write!(
+                f,
+                "{records} records were dropped because the ring buffer was full: \
+                 sampled stack totals undercount (exact per-process counters do not); \
+                 a larger --sample-bytes records fewer stacks"
+            ),
+            Self::DecodeErrors { records } => {
+                write!(f, "{records} records could not be decoded and were skipped")
+            }
+            Self::NoPythonStacks {
+                tgid,
+                cmdline,
+                reason,
+            } => write!(f, "tgid {tgid} (`{cmdline}`): no Python stacks: {reason}"),
+            Self::IncompleteStacks { reason, samples } => {
+                write!(f, "{samples} samples have incomplete stacks: {reason}")
+            }
+            Self::NoRssReadings { tgid } => {
+                write!(f, "tgid {tgid}: no RSS was read (it may have exited first)")
+            }
+        }
+    }
+}
+
+/// Everything one run produced, as shown in the terminal and written to JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Run facts from the caller.
+    pub meta: RunMeta,
+    /// Run-wide totals.
+    pub totals: Totals,
+    /// One entry per process, sorted by RSS growth descending (processes
+    /// without RSS last), ties by tgid.
+    pub processes: Vec<ProcessReport>,
+    /// Interned call stacks, outermost frame first (the native frame last);
+    /// [`PathReport::stack`] indexes this.
+    pub stacks: Vec<Vec<Frame>>,
+    /// Every (process, stack) pair with sampled bytes, sorted by growth
+    /// descending, ties by tgid then frames.
+    pub paths: Vec<PathReport>,
+    /// Caveats, most important first.
+    pub warnings: Vec<Warning>,
+}
+
+impl Report {
+    /// Frames of `stack`, outermost first; empty for an unknown id.
+    pub fn frames(&self, stack: StackId) -> &[Frame] {
+        usize::try_from(stack.0)
+            .ok()
+            .and_then(|index| self.stacks.get(index))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The process with `tgid`, if traced.
+    pub fn process(&self, tgid: u32) -> Option<&ProcessReport> {
+        self.processes.iter().find(|p| p.tgid == tgid)
+    }
+
+    /// The `n` paths with the most sampled growth (growth > 0), largest first.
+    pub fn top_growth_paths(&self, n: usize) -> impl Iterator<Item = &PathReport> {
+        self.paths
+            .iter()
+            .filter(|p| p.bytes.growth_bytes > 0)
+            .take(n)
+    }
+
+    /// The `n` paths with the most sampled copy-on-write bytes (> 0), largest
+    /// first, ties by tgid then frames.
+    pub fn top_cow_paths(&self, n: usize) -> Vec<&PathReport> {
+        let mut cow: Vec<&PathReport> = self
+            .paths
+            .iter()
+            .filter(|p| p.bytes.cow_bytes > 0)
+            .collect();
+        cow.sort_by(|a, b| {
+            b.bytes
+                .cow_bytes
+                .cmp(&a.bytes.cow_bytes)
+                .then(a.tgid.cmp(&b.tgid))
+                .then_with(|| self.frames(a.stack).cmp(self.frames(b.stack)))
+        });
+        cow.truncate(n);
+        cow
+    }
+}

@@ -1,0 +1,502 @@
+//! Wires the data flow together for `record` and `run`: load and attach the
+//! eBPF programs, add the targets, then loop: drain the ring buffer, resolve
+//! stacks, aggregate, sample the kernel's per-process counters, probe new
+//! processes for CPython, show progress; on stop, write and print the report.
+
+use std::{
+    io::IsTerminal as _,
+    process::{Child, ExitCode},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use memtrace_common::{
+    MemoryEvent, MemoryRecord, PyFrame, STACK_NO_PYTHON, STACK_NO_THREAD_STATE, STACK_READ_ERROR,
+    STACK_TRUNCATED,
+};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::{
+    aggregate::{Aggregator, Frame, MemorySample, ProcessStart, PythonStatus, Role, RunMeta},
+    bpf::{Tracer, TracerOptions},
+    cli::{Cli, Command, CommonArgs},
+    events::{Record, RecordReader},
+    process::{
+        launch::spawn_held,
+        proc::{self, command_line},
+        ProcessTree, PythonState,
+    },
+    python::{self, FrameResolver, Probe},
+    report,
+    symbolize::NativeSymbolizer,
+};
+
+/// How often the kernel's per-process counters are sampled into the RSS
+/// timeline, new processes probed for CPython, and progress shown.
+const TICK: Duration = Duration::from_millis(200);
+/// How often the ring buffer is drained when the kernel has not woken us.
+const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// Bytes pending in the ring buffer before the kernel wakes the reader.
+const WAKEUP_THRESHOLD_BYTES: u64 = 256 * 1024;
+/// Probes finding no CPython runtime before a process counts as not Python
+/// (a freshly exec'd interpreter may not have mapped libpython yet).
+const NOT_PYTHON_AFTER_PROBES: u32 = 5;
+
+/// Runs the parsed command line.
+///
+/// # Errors
+/// Setup failures (privileges, kernel features, bad PID, command that cannot
+/// start) with an actionable message; the report is printed whenever tracing
+/// started.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Record(args) => record(args.pids, args.common).await,
+            Command::Run(args) => run_command(&args.command, args.common).await,
+        }
+    })
+}
+
+async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
+    for &pid in &pids {
+        proc::check_exists(pid)?;
+    }
+    let mut session = Session::start(&common)?;
+    for &pid in &pids {
+        session.add_target(pid, None, Role::Root)?;
+        if !common.no_follow_forks {
+            for (child, parent) in proc::descendants(pid)? {
+                // A descendant may exit between the listing and now.
+                let _ = session.add_target(child, Some(parent), Role::Worker);
+            }
+        }
+    }
+    let command = format!("memtrace record --pid {}", join(&pids));
+    session.trace(&common, None).await?;
+    session.finish(&common, command)
+}
+
+async fn run_command(argv: &[std::ffi::OsString], common: CommonArgs) -> Result<ExitCode> {
+    let mut session = Session::start(&common)?;
+    let held = spawn_held(argv)?;
+    session.add_target(held.pid, None, Role::Root)?;
+    let mut child = held.release()?;
+    let command = argv
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    session.trace(&common, Some(&mut child)).await?;
+    stop_child(&mut child);
+    session.finish(&common, command)
+}
+
+fn join(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(" --pid ")
+}
+
+/// Ends `memtrace run`'s command if it outlived the trace (--duration, or a
+/// signal memtrace got alone): SIGTERM, then SIGKILL after 5 s.
+fn stop_child(child: &mut Child) {
+    if matches!(child.try_wait(), Ok(Some(_))) {
+        return;
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Why tracing stopped.
+#[derive(Clone, Copy, Debug)]
+enum StopReason {
+    Duration,
+    Signal,
+    AllExited,
+}
+
+/// One tracing session: the loaded programs and every step's state.
+struct Session {
+    tracer: Tracer,
+    reader: Option<RecordReader>,
+    tree: ProcessTree,
+    aggregator: Aggregator,
+    resolver: FrameResolver,
+    symbolizer: NativeSymbolizer,
+    /// Probes that found no CPython runtime, per tgid.
+    not_python_probes: std::collections::HashMap<u32, u32>,
+    started: Instant,
+    start_ns: u64,
+    sample_interval_bytes: u64,
+    stop_reason: Option<StopReason>,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|ts| ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+impl Session {
+    fn start(common: &CommonArgs) -> Result<Self> {
+        std::fs::create_dir_all(&common.output_dir).with_context(|| {
+            format!(
+                "cannot create the output folder `{}`",
+                common.output_dir.display()
+            )
+        })?;
+        let options = TracerOptions {
+            sample_interval_bytes: common.sample_bytes,
+            follow_forks: !common.no_follow_forks,
+            wakeup_threshold_bytes: WAKEUP_THRESHOLD_BYTES,
+        };
+        let mut tracer = Tracer::load(&options)?;
+        tracer.attach()?;
+        let reader = RecordReader::new(tracer.take_records()?)
+            .context("cannot watch the ring buffer")?;
+        let start_ns = monotonic_ns();
+        Ok(Self {
+            tracer,
+            reader: Some(reader),
+            tree: ProcessTree::default(),
+            aggregator: Aggregator::new(start_ns),
+            resolver: FrameResolver::default(),
+            symbolizer: NativeSymbolizer::default(),
+            not_python_probes: Default::default(),
+            started: Instant::now(),
+            start_ns,
+            sample_interval_bytes: common.sample_bytes,
+            stop_reason: None,
+        })
+    }
+
+    /// Starts tracing a process that already exists (a target or one of its
+    /// existing descendants).
+    fn add_target(&mut self, tgid: u32, parent: Option<u32>, role: Role) -> Result<()> {
+        let counters = proc::initial_counters(tgid, parent.unwrap_or(0))?;
+        self.tracer.trace_process(tgid, counters)?;
+        self.tree.add(tgid, parent, role);
+        self.aggregator.process_started(ProcessStart {
+            tgid,
+            parent_tgid: parent,
+            role,
+            cmdline: command_line(tgid),
+            ts_ns: monotonic_ns(),
+        });
+        self.aggregator.counters(tgid, monotonic_ns(), &counters);
+        self.probe_python(tgid);
+        Ok(())
+    }
+
+    async fn trace(&mut self, common: &CommonArgs, mut child: Option<&mut Child>) -> Result<()> {
+        let mut reader = self.reader.take().context("the session traced twice")?;
+        let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let deadline = common.duration.map(|d| tokio::time::Instant::now() + d);
+        let mut drain = tokio::time::interval(DRAIN_INTERVAL);
+        let mut progress = Progress::new(common.quiet);
+        let mut last_tick = Instant::now();
+        while self.stop_reason.is_none() {
+            tokio::select! {
+                ready = reader.wait_readable() => ready.context("ring buffer poll failed")?,
+                _ = drain.tick() => {}
+                _ = sigterm.recv() => self.stop_reason = Some(StopReason::Signal),
+                _ = sigint.recv() => self.stop_reason = Some(StopReason::Signal),
+                _ = sleep_until(deadline) => self.stop_reason = Some(StopReason::Duration),
+            }
+            reader.drain(|record| self.handle(record));
+            if last_tick.elapsed() >= TICK {
+                last_tick = Instant::now();
+                self.tick();
+                progress.show(self.started.elapsed(), reader.records(), &self.aggregator);
+                reap(&mut child);
+                if self.tree.all_exited() {
+                    self.stop_reason = Some(StopReason::AllExited);
+                }
+            }
+        }
+        reader.drain(|record| self.handle(record));
+        progress.finish();
+        self.tick();
+        self.reader = Some(reader);
+        Ok(())
+    }
+
+    fn handle(&mut self, record: Record) {
+        match record {
+            Record::Fork(fork) => self.on_fork(fork.header.tgid, fork.child_tgid, fork.header.ts_ns),
+            Record::Exec(exec) => self.on_exec(exec.header.tgid, exec.header.ts_ns),
+            Record::Exit(exit) => self.on_exit(exit.header.tgid, exit.header.ts_ns),
+            Record::Memory(memory) => self.on_memory(&memory),
+        }
+    }
+
+    fn on_fork(&mut self, parent: u32, child: u32, ts_ns: u64) {
+        self.tree.add(child, Some(parent), Role::Worker);
+        self.aggregator.process_started(ProcessStart {
+            tgid: child,
+            parent_tgid: Some(parent),
+            role: Role::Worker,
+            cmdline: command_line(child),
+            ts_ns,
+        });
+        self.resolver.inherit(child, parent);
+        // The kernel side copied the parent's RSS; /proc knows the child's
+        // own for counters that have not changed since the fork.
+        if let Ok(rss) = proc::rss_bytes(child) {
+            let _ = self.tracer.fill_unknown_rss(child, rss);
+        }
+        // The kernel side copied the parent's CPython layout too.
+        if let Some(PythonState::Python(version)) = self.tree.get(parent).map(|p| p.python.clone())
+        {
+            self.set_python_state(child, PythonState::Python(version));
+        }
+    }
+
+    fn on_exec(&mut self, tgid: u32, ts_ns: u64) {
+        self.tree.exec(tgid);
+        self.not_python_probes.remove(&tgid);
+        self.resolver.forget(tgid);
+        self.symbolizer.forget(tgid);
+        self.aggregator
+            .process_exec(tgid, ts_ns, command_line(tgid));
+    }
+
+    fn on_exit(&mut self, tgid: u32, ts_ns: u64) {
+        if let Ok(all) = self.tracer.counters() {
+            if let Some((_, counters)) = all.iter().find(|(t, _)| *t == tgid) {
+                self.aggregator.counters(tgid, ts_ns, counters);
+            }
+        }
+        self.aggregator.process_exited(tgid, ts_ns);
+        self.tree.exit(tgid);
+        self.resolver.forget(tgid);
+        self.symbolizer.forget(tgid);
+        let _ = self.tracer.forget_process(tgid);
+    }
+
+    fn on_memory(&mut self, record: &MemoryRecord) {
+        let Ok(event) = MemoryEvent::try_from(record.event) else {
+            return; // decode() already rejected unknown events
+        };
+        let stack = self.stack(record);
+        self.aggregator.memory(MemorySample {
+            tgid: record.header.tgid,
+            ts_ns: record.header.ts_ns,
+            event,
+            len_bytes: record.len_bytes,
+            weight_bytes: record.weight_bytes,
+            stack,
+        });
+    }
+
+    /// The record's stack, outermost first: Python frames, then the native
+    /// frame; markers say why Python frames are missing.
+    fn stack(&mut self, record: &MemoryRecord) -> Vec<Frame> {
+        let tgid = record.header.tgid;
+        let status = record.stack_status;
+        let count = (record.frame_count as usize).min(record.frames.len());
+        let mut stack = Vec::with_capacity(count + 2);
+        if status & STACK_TRUNCATED != 0 {
+            stack.push(unknown("outer frames truncated"));
+        }
+        if status & STACK_NO_PYTHON != 0 {
+            stack.push(unknown(self.no_python_reason(tgid)));
+        } else if status & STACK_NO_THREAD_STATE != 0 {
+            stack.push(unknown("no Python thread state: native thread"));
+        } else if status & STACK_READ_ERROR != 0 && count == 0 {
+            stack.push(unknown("Python frames unreadable"));
+        }
+        let frames: &[PyFrame] = &record.frames[..count];
+        for frame in frames.iter().rev() {
+            stack.push(match self.resolver.resolve(tgid, frame) {
+                Ok(loc) => Frame::Python {
+                    function: loc.function,
+                    file: loc.file,
+                    line: loc.line,
+                },
+                Err(_) => unknown("unresolved Python frame"),
+            });
+        }
+        if record.native_ip != 0 {
+            let symbol = self
+                .symbolizer
+                .symbolize(tgid, record.native_ip)
+                .unwrap_or_else(|| format!("{:#x}", record.native_ip));
+            stack.push(Frame::Native { symbol });
+        }
+        stack
+    }
+
+    fn no_python_reason(&self, tgid: u32) -> String {
+        match self.tree.get(tgid).map(|p| &p.python) {
+            Some(PythonState::NotPython) => "not a Python process".to_owned(),
+            Some(PythonState::Unsupported(why)) => format!("Python stacks unavailable: {why}"),
+            _ => "Python not initialised yet".to_owned(),
+        }
+    }
+
+    /// Periodic work: counters into the timeline, probes of new processes.
+    fn tick(&mut self) {
+        let now_ns = monotonic_ns();
+        if let Ok(all) = self.tracer.counters() {
+            for (tgid, counters) in &all {
+                if self.tree.get(*tgid).is_some_and(|p| !p.exited) {
+                    self.aggregator.counters(*tgid, now_ns, counters);
+                }
+            }
+        }
+        for tgid in self.tree.pending_python() {
+            self.probe_python(tgid);
+        }
+    }
+
+    fn probe_python(&mut self, tgid: u32) {
+        match python::probe(tgid) {
+            Ok(Probe::Python(process)) => {
+                if let Err(err) = self.tracer.set_python(tgid, process.info) {
+                    self.set_python_state(tgid, PythonState::Unsupported(err.to_string()));
+                    return;
+                }
+                self.resolver.register(tgid, &process);
+                self.set_python_state(tgid, PythonState::Python(process.version.to_string()));
+            }
+            Ok(Probe::NotPython) => {
+                let probes = self.not_python_probes.entry(tgid).or_default();
+                *probes += 1;
+                if *probes >= NOT_PYTHON_AFTER_PROBES {
+                    self.set_python_state(tgid, PythonState::NotPython);
+                }
+            }
+            Ok(Probe::NotReady { .. }) => {}
+            Err(err) => {
+                if proc::check_exists(tgid).is_ok() {
+                    self.set_python_state(tgid, PythonState::Unsupported(format!("{err:#}")));
+                }
+            }
+        }
+    }
+
+    fn set_python_state(&mut self, tgid: u32, state: PythonState) {
+        let status = match &state {
+            PythonState::Python(version) => PythonStatus::Python {
+                version: version.clone(),
+            },
+            PythonState::NotPython => PythonStatus::NotPython,
+            PythonState::Unsupported(reason) => PythonStatus::Unsupported {
+                reason: reason.clone(),
+            },
+            PythonState::Pending => return,
+        };
+        self.aggregator.python_status(tgid, status);
+        self.tree.set_python(tgid, state);
+    }
+
+    fn finish(self, common: &CommonArgs, command: String) -> Result<ExitCode> {
+        let reader = self.reader.as_ref();
+        let meta = RunMeta {
+            command,
+            duration_ns: self.started.elapsed().as_nanos() as u64,
+            records: reader.map_or(0, RecordReader::records),
+            dropped_records: self.tracer.dropped_records().unwrap_or(0),
+            decode_errors: reader.map_or(0, RecordReader::decode_errors),
+            sample_interval_bytes: self.sample_interval_bytes,
+        };
+        let stop = self.stop_reason;
+        let end_ns = monotonic_ns().max(self.start_ns);
+        let report = self.aggregator.finish(end_ns, meta);
+        let written = report::write_files(&report, &common.output_dir)?;
+        let mut stdout = std::io::stdout().lock();
+        if let Some(reason) = stop {
+            eprintln!("memtrace: stopped: {}", describe(reason));
+        }
+        report::table::render(&report, common.top, &written, &mut stdout)
+            .context("cannot print the report")?;
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+fn describe(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Duration => "--duration elapsed",
+        StopReason::Signal => "interrupted",
+        StopReason::AllExited => "every traced process exited",
+    }
+}
+
+fn unknown(reason: impl Into<String>) -> Frame {
+    Frame::Unknown {
+        reason: reason.into(),
+    }
+}
+
+/// Collects `memtrace run`'s child once it exits, so it does not linger as a
+/// zombie (its exit record has been seen by then).
+fn reap(child: &mut Option<&mut Child>) {
+    if let Some(c) = child.as_deref_mut() {
+        let _ = c.try_wait();
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The progress line on stderr: elapsed time, records, RSS of the live tree.
+/// Rewritten in place on a terminal, printed every 5 s otherwise.
+struct Progress {
+    quiet: bool,
+    terminal: bool,
+    last_line: Instant,
+}
+
+impl Progress {
+    fn new(quiet: bool) -> Self {
+        Self {
+            quiet,
+            terminal: std::io::stderr().is_terminal(),
+            last_line: Instant::now(),
+        }
+    }
+
+    fn show(&mut self, elapsed: Duration, records: u64, aggregator: &Aggregator) {
+        if self.quiet || (!self.terminal && self.last_line.elapsed() < Duration::from_secs(5)) {
+            return;
+        }
+        self.last_line = Instant::now();
+        let line = format!(
+            "memtrace: {:>6.1} s  {records} records  RSS of traced processes {}",
+            elapsed.as_secs_f64(),
+            report::format_bytes(aggregator.live_rss_bytes()),
+        );
+        if self.terminal {
+            eprint!("\r{line}\x1b[K");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn finish(&self) {
+        if self.terminal && !self.quiet {
+            eprintln!();
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Live check of the whole kernel side (ignored by default: needs root, a
+//! BTF kernel and pyenv's CPython 3.11): loads and attaches the programs,
+//! traces a real interpreter that grows by 100 MiB in a named function and
+//! forks a child that grows by 20 MiB, and checks counters, sampled records
+//! and their Python stacks. Run: `cargo test -p memtrace bpf::live_tests --
+//! --ignored --nocapture` as root.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader, Write as _},
+    path::PathBuf,
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use memtrace_common::{
+    ForkRecord, MemoryEvent, MemoryRecord, ProcessCounters, RecordHeader, RecordKind,
+    MM_ANONPAGES,
+};
+
+use super::{Tracer, TracerOptions};
+use crate::python::{probe, FrameResolver, Probe};
+
+/// Grows by 100 MiB (touched bytes) in `grow_memory`, then forks a child
+/// that grows by 20 MiB in `child_grow`; waits for a line on stdin before
+/// each step so the test can register the process and drain records.
+const SCRIPT: &str = r#"
+import os, sys
+def grow_memory():
+    return b"\x01" * (100 << 20)
+def outer():
+    return grow_memory()
+def child_grow():
+    return b"\x02" * (20 << 20)
+print("ready", flush=True)
+sys.stdin.readline()
+kept = outer()
+pid = os.fork()
+if pid == 0:
+    child_grow()
+    os._exit(0)
+os.waitpid(pid, 0)
+print("done", flush=True)
+sys.stdin.readline()
+"#;
+
+const MIB: u64 = 1 << 20;
+
+fn python311() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME")?;
+    let path = PathBuf::from(home).join(".pyenv/versions/3.11.7/bin/python3.11");
+    path.exists().then_some(path)
+}
+
+struct Interpreter {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Interpreter {
+    fn spawn(python: &PathBuf) -> Self {
+        let mut child = Command::new(python)
+            .args(["-c", SCRIPT])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn python");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn expect_line(&mut self, want: &str) {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read python stdout");
+        assert_eq!(line.trim(), want);
+    }
+
+    fn step(&mut self) {
+        self.stdin.write_all(b"\n").expect("write python stdin");
+    }
+}
+
+/// Everything decoded from the ring buffer.
+#[derive(Default)]
+struct Drained {
+    forks: Vec<ForkRecord>,
+    exits: Vec<u32>,
+    memory: Vec<MemoryRecord>,
+}
+
+fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, drained: &mut Drained) {
+    while let Some(item) = ring.next() {
+        let bytes: &[u8] = &item;
+        assert!(bytes.len() >= size_of::<RecordHeader>());
+        // SAFETY: length checked; RecordHeader is plain integers.
+        let header: RecordHeader = unsafe { bytes.as_ptr().cast::<RecordHeader>().read_unaligned() };
+        match RecordKind::try_from(header.kind) {
+            Ok(RecordKind::Fork) => {
+                assert_eq!(bytes.len(), size_of::<ForkRecord>());
+                // SAFETY: length checked; plain integers.
+                drained.forks.push(unsafe { bytes.as_ptr().cast::<ForkRecord>().read_unaligned() });
+            }
+            Ok(RecordKind::Exit) => drained.exits.push(header.tgid),
+            Ok(RecordKind::Memory) => {
+                assert_eq!(bytes.len(), size_of::<MemoryRecord>());
+                // SAFETY: length checked; plain integers.
+                drained
+                    .memory
+                    .push(unsafe { bytes.as_ptr().cast::<MemoryRecord>().read_unaligned() });
+            }
+            Ok(RecordKind::Exec) => {}
+            Err(kind) => panic!("unknown record kind {kind}"),
+        }
+    }
+}
+
+fn wait_for_python(tgid: u32) -> crate::python::PythonProcess {
+    let start = Instant::now();
+    loop {
+        match probe(tgid).expect("probe") {
+            Probe::Python(process) => return process,
+            other => assert!(start.elapsed() < Duration::from_secs(10), "{other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+#[ignore = "needs root, a BTF kernel and ~/.pyenv/versions/3.11.7; run with --ignored"]
+fn traces_python_growth_with_stacks() {
+    let Some(python) = python311() else {
+        eprintln!("skipping: ~/.pyenv/versions/3.11.7 is absent");
+        return;
+    };
+    let options = TracerOptions {
+        sample_interval_bytes: 512 << 10,
+        follow_forks: true,
+        wakeup_threshold_bytes: 256 << 10,
+    };
+    let mut tracer = Tracer::load(&options).expect("load");
+    for size in tracer.program_sizes().expect("program sizes") {
+        println!(
+            "program {:<20} verified_insns {:>6?} translated_bytes {:>6?}",
+            size.name, size.verified_instructions, size.translated_bytes
+        );
+    }
+    tracer.attach().expect("attach");
+    let mut ring = tracer.take_records().expect("ring buffer");
+
+    let mut interpreter = Interpreter::spawn(&python);
+    interpreter.expect_line("ready");
+    let tgid = interpreter.child.id();
+    let process = wait_for_python(tgid);
+    println!("python {} tss_key {} offsets {:?}", process.version, process.info.tss_key, process.info.offsets);
+    tracer.trace_process(tgid, ProcessCounters::default()).expect("trace");
+    tracer.set_python(tgid, process.info).expect("set python");
+    let mut resolver = FrameResolver::new();
+    resolver.register(tgid, &process);
+
+    let mut drained = Drained::default();
+    interpreter.step();
+    interpreter.expect_line("done");
+    drain(&mut ring, &mut drained);
+
+    let counters: BTreeMap<u32, ProcessCounters> = tracer.counters().expect("counters").into_iter().collect();
+    let parent = counters[&tgid];
+    println!("parent counters: {parent:?}");
+    assert_eq!(drained.forks.len(), 1, "one fork record");
+    let child_tgid = drained.forks[0].child_tgid;
+    let child = counters.get(&child_tgid).copied().expect("child traced in the kernel");
+    println!("child {child_tgid} counters: {child:?}");
+    assert_eq!(child.parent_tgid, tgid);
+    assert!(drained.exits.contains(&child_tgid), "child exit record");
+    assert!(parent.anon_growth_bytes >= 100 * MIB, "{}", parent.anon_growth_bytes);
+    assert!(child.anon_growth_bytes >= 20 * MIB, "{}", child.anon_growth_bytes);
+    assert!(parent.rss_known & (1 << MM_ANONPAGES) != 0);
+    assert!(parent.page_faults >= 25_600);
+    assert!(parent.mmap_bytes >= 100 * MIB, "the 100 MiB bytes object is mmapped");
+
+    let mut by_event: BTreeMap<(u32, u32), (usize, u64)> = BTreeMap::new();
+    let mut statuses: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    let mut grow_memory_weight = 0u64;
+    for record in &drained.memory {
+        let entry = by_event.entry((record.header.tgid, record.event)).or_default();
+        entry.0 += 1;
+        entry.1 += record.weight_bytes;
+        *statuses.entry((record.frame_count, record.stack_status)).or_default() += 1;
+        let names: Vec<String> = record.frames[..record.frame_count as usize]
+            .iter()
+            .filter_map(|frame| resolver.resolve(record.header.tgid, frame).ok())
+            .map(|location| format!("{}:{}", location.function, location.line))
+            .collect();
+        if record.header.tgid == tgid
+            && record.event == MemoryEvent::AnonGrowth as u32
+            && names.first().is_some_and(|name| name.starts_with("grow_memory:"))
+        {
+            grow_memory_weight += record.weight_bytes;
+        }
+    }
+    for ((record_tgid, event), (count, weight)) in &by_event {
+        println!(
+            "tgid {record_tgid} event {:?}: {count} records, weight {:.1} MiB",
+            MemoryEvent::try_from(*event),
+            *weight as f64 / MIB as f64
+        );
+    }
+    println!("(frame_count, stack_status) -> records: {statuses:?}");
+    println!("AnonGrowth weight under grow_memory: {:.1} MiB", grow_memory_weight as f64 / MIB as f64);
+    println!("dropped records: {}", tracer.dropped_records().expect("dropped"));
+    let anon_weight = by_event[&(tgid, MemoryEvent::AnonGrowth as u32)].1;
+    assert!(
+        anon_weight > 80 * MIB && anon_weight < 140 * MIB,
+        "sampled AnonGrowth weight {anon_weight} estimates ~100 MiB"
+    );
+    assert!(
+        grow_memory_weight > 70 * MIB,
+        "most growth is attributed to grow_memory: {grow_memory_weight}"
+    );
+    assert_eq!(tracer.dropped_records().expect("dropped"), 0);
+
+    interpreter.step();
+    interpreter.child.wait().expect("python exits");
+    tracer.forget_process(tgid).expect("forget");
+    tracer.forget_process(child_tgid).expect("forget child");
+    assert!(tracer.counters().expect("counters").is_empty());
+}

@@ -1,0 +1,526 @@
+//! Kernel side, userspace half (first step of the data flow): loads the
+//! embedded `memtrace-ebpf` object, sets its globals, attaches its
+//! tracepoint programs and gives access to its maps (traced processes,
+//! Python layouts, counters, dropped records) and to the `RECORDS` ring
+//! buffer that `events` drains.
+
+mod btf;
+mod preflight;
+#[cfg(test)]
+mod live_tests;
+
+use std::path::{Path, PathBuf};
+
+use aya::{
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{BtfTracePoint, TracePoint},
+    Btf, Ebpf, EbpfLoader,
+};
+use memtrace_common::{
+    ProcessCounters, PyProcessInfo, DROPPED_MAP, PROCESSES_MAP, PY_PROCESSES_MAP, RECORDS_MAP,
+    RSS_MEMBER_COUNT,
+};
+
+pub use btf::{task_offsets, TaskOffsets, VMLINUX_BTF_PATH};
+pub use preflight::TRACEFS_PATH;
+
+/// The BPF object built by memtrace/build.rs (empty when the build ran with
+/// `AYA_BUILD_SKIP=1`).
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtrace"));
+
+/// Names of the load-time globals of `memtrace-ebpf/src/maps.rs`.
+pub mod globals {
+    /// `u64`: mean sampling interval of memory records, in bytes.
+    pub const SAMPLE_INTERVAL_BYTES: &str = "SAMPLE_INTERVAL_BYTES";
+    /// `u64`: pending ring-buffer bytes above which a submit wakes the reader.
+    pub const WAKEUP_THRESHOLD_BYTES: &str = "WAKEUP_THRESHOLD_BYTES";
+    /// `u32`: non-zero to trace processes forked by traced ones.
+    pub const FOLLOW_FORKS: &str = "FOLLOW_FORKS";
+    /// `u64`: `offsetof(task_struct, thread.fsbase)`.
+    pub const TASK_FSBASE_OFFSET: &str = "TASK_FSBASE_OFFSET";
+    /// `u64`: `offsetof(task_struct, tgid)`.
+    pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
+    /// `u64`: `offsetof(task_struct, pid)`.
+    pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
+}
+
+/// The classic tracepoint programs: (program name, tracefs category,
+/// tracepoint name). Program names are the `memtrace-ebpf` functions.
+const TRACEPOINTS: [(&str, &str, &str); 14] = [
+    ("sched_process_exec", "sched", "sched_process_exec"),
+    ("sched_process_exit", "sched", "sched_process_exit"),
+    ("page_fault_user", "exceptions", "page_fault_user"),
+    ("rss_stat", "kmem", "rss_stat"),
+    ("sys_enter_mmap", "syscalls", "sys_enter_mmap"),
+    ("sys_exit_mmap", "syscalls", "sys_exit_mmap"),
+    ("sys_enter_munmap", "syscalls", "sys_enter_munmap"),
+    ("sys_exit_munmap", "syscalls", "sys_exit_munmap"),
+    ("sys_enter_mremap", "syscalls", "sys_enter_mremap"),
+    ("sys_exit_mremap", "syscalls", "sys_exit_mremap"),
+    ("sys_enter_brk", "syscalls", "sys_enter_brk"),
+    ("sys_exit_brk", "syscalls", "sys_exit_brk"),
+    ("sys_enter_madvise", "syscalls", "sys_enter_madvise"),
+    ("sys_exit_madvise", "syscalls", "sys_exit_madvise"),
+];
+
+/// The BTF tracepoint program (`tp_btf`) and the raw tracepoint it attaches to.
+const FORK_PROGRAM: &str = "sched_process_fork";
+
+/// `BPF_EXIST`: update an existing element only (include/uapi/linux/bpf.h).
+const BPF_EXIST: u64 = 2;
+/// `ENOENT`: the element to delete was not there.
+const ENOENT: i32 = 2;
+
+/// Errors of loading, attaching and reading the BPF side.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    /// The process may not load tracing programs.
+    #[error(
+        "memtrace needs root, or the capabilities {missing} (effective set `{effective}`): \
+         run it with sudo"
+    )]
+    NotPrivileged {
+        /// Capabilities that are missing, e.g. `CAP_BPF and CAP_PERFMON`.
+        missing: String,
+        /// The effective capability set, in hex.
+        effective: String,
+    },
+    /// The kernel publishes no BTF.
+    #[error(
+        "kernel BTF `{}` is missing: memtrace needs a kernel built with CONFIG_DEBUG_INFO_BTF=y",
+        path.display()
+    )]
+    NoBtf {
+        /// The BTF path that was looked for.
+        path: PathBuf,
+    },
+    /// tracefs is not mounted and mounting it failed.
+    #[error(
+        "tracefs is not mounted at `{}` and mounting it failed ({detail}): \
+         run `mount -t tracefs nodev {}` as root",
+        path.display(), path.display()
+    )]
+    Tracefs {
+        /// The mount point.
+        path: PathBuf,
+        /// Why `mount` failed.
+        detail: String,
+    },
+    /// The kernel BTF could not be parsed.
+    #[error("cannot read kernel BTF `{}`: {detail}", path.display())]
+    Btf {
+        /// The BTF file.
+        path: PathBuf,
+        /// The parser's message.
+        detail: String,
+    },
+    /// A struct or field the programs need is not in the kernel BTF.
+    #[error("kernel BTF has no field `{field}` in `struct {type_name}`")]
+    BtfField {
+        /// The struct.
+        type_name: String,
+        /// The field.
+        field: String,
+    },
+    /// The eBPF object was not built into this binary.
+    #[error(
+        "this memtrace binary has no eBPF object (built with AYA_BUILD_SKIP=1): \
+         rebuild without it (`cargo xtask build`)"
+    )]
+    ObjectMissing,
+    /// The object could not be loaded (maps created, relocations applied).
+    #[error("cannot load the eBPF object")]
+    Load {
+        /// aya's error.
+        #[source]
+        source: Box<aya::EbpfError>,
+    },
+    /// The kernel's BTF could not be loaded for the `tp_btf` program.
+    #[error("cannot load kernel BTF for program `{program}`")]
+    KernelBtf {
+        /// The program.
+        program: &'static str,
+        /// aya's error.
+        #[source]
+        source: aya::BtfError,
+    },
+    /// A program is missing from the object or has the wrong type.
+    #[error("eBPF program `{program}` is missing from the object")]
+    ProgramMissing {
+        /// The program name.
+        program: &'static str,
+    },
+    /// The verifier rejected a program, or attaching it failed.
+    #[error("eBPF program `{program}`: {action} failed")]
+    Program {
+        /// The program name.
+        program: &'static str,
+        /// `load` (verifier) or `attach`.
+        action: &'static str,
+        /// aya's error (the verifier log for `load`).
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// A map is missing from the object (or was already taken).
+    #[error("eBPF map `{map}` is missing (or was already taken)")]
+    MapMissing {
+        /// The map name.
+        map: &'static str,
+    },
+    /// A map operation failed.
+    #[error("eBPF map `{map}`: {action} failed")]
+    Map {
+        /// The map name.
+        map: &'static str,
+        /// What was done, e.g. `insert tgid 1234`.
+        action: String,
+        /// aya's error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+}
+
+/// How the kernel side samples and reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracerOptions {
+    /// Mean sampling interval of memory records, in bytes: an event of `n`
+    /// bytes is recorded with probability `min(1, n / interval)`. 1 records
+    /// every event; 0 is treated as 1.
+    pub sample_interval_bytes: u64,
+    /// Trace processes that traced processes fork (workers of a master).
+    pub follow_forks: bool,
+    /// Pending ring-buffer bytes above which the kernel wakes the reader;
+    /// below it records are submitted without a wakeup and the reader polls.
+    pub wakeup_threshold_bytes: u64,
+}
+
+/// Size of one verified program, for diagnostics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgramSize {
+    /// Program name.
+    pub name: String,
+    /// Instructions the verifier processed (`verified_insns`, Linux >= 5.16).
+    pub verified_instructions: Option<u32>,
+    /// Size of the translated (post-verifier) program, in bytes.
+    pub translated_bytes: Option<u32>,
+}
+
+/// The loaded BPF side: owns the programs (detached when dropped) and maps.
+pub struct Tracer {
+    ebpf: Ebpf,
+}
+
+impl Tracer {
+    /// Checks privileges and kernel features, loads the object with
+    /// `opts` and the running kernel's `task_struct` offsets as globals,
+    /// and loads every program (runs the verifier). Nothing is attached yet.
+    ///
+    /// # Errors
+    /// Any preflight error ([`BpfError::NotPrivileged`], [`BpfError::NoBtf`],
+    /// [`BpfError::Tracefs`]), [`BpfError::ObjectMissing`], a BTF error, or a
+    /// load / verifier error.
+    pub fn load(opts: &TracerOptions) -> Result<Self, BpfError> {
+        preflight::check()?;
+        if EBPF_OBJECT.is_empty() {
+            return Err(BpfError::ObjectMissing);
+        }
+        let offsets = task_offsets(Path::new(VMLINUX_BTF_PATH))?;
+        let sample_interval_bytes = opts.sample_interval_bytes.max(1);
+        let follow_forks = u32::from(opts.follow_forks);
+        let mut ebpf = EbpfLoader::new()
+            .override_global(globals::SAMPLE_INTERVAL_BYTES, &sample_interval_bytes, true)
+            .override_global(globals::WAKEUP_THRESHOLD_BYTES, &opts.wakeup_threshold_bytes, true)
+            .override_global(globals::FOLLOW_FORKS, &follow_forks, true)
+            .override_global(globals::TASK_FSBASE_OFFSET, &offsets.fsbase, true)
+            .override_global(globals::TASK_TGID_OFFSET, &offsets.tgid, true)
+            .override_global(globals::TASK_PID_OFFSET, &offsets.pid, true)
+            .load(EBPF_OBJECT)
+            .map_err(|source| BpfError::Load {
+                source: Box::new(source),
+            })?;
+        load_programs(&mut ebpf)?;
+        Ok(Self { ebpf })
+    }
+
+    /// Attaches every program to its tracepoint.
+    ///
+    /// # Errors
+    /// [`BpfError::Program`] naming the program that failed to attach.
+    pub fn attach(&mut self) -> Result<(), BpfError> {
+        for (program, category, name) in TRACEPOINTS {
+            let tracepoint: &mut TracePoint = program_mut(&mut self.ebpf, program)?;
+            tracepoint
+                .attach(category, name)
+                .map_err(|source| program_error(program, "attach", source))?;
+        }
+        let fork: &mut BtfTracePoint = program_mut(&mut self.ebpf, FORK_PROGRAM)?;
+        fork.attach()
+            .map_err(|source| program_error(FORK_PROGRAM, "attach", source))?;
+        Ok(())
+    }
+
+    /// Sizes of the loaded programs as the kernel reports them.
+    ///
+    /// # Errors
+    /// [`BpfError::Program`] when the kernel cannot be queried.
+    pub fn program_sizes(&self) -> Result<Vec<ProgramSize>, BpfError> {
+        let mut sizes = Vec::new();
+        for (name, program) in self.ebpf.programs() {
+            let info = program
+                .info()
+                .map_err(|source| program_error("(info)", "query", source))?;
+            sizes.push(ProgramSize {
+                name: name.to_owned(),
+                verified_instructions: info.verified_instruction_count(),
+                translated_bytes: info.size_translated(),
+            });
+        }
+        sizes.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(sizes)
+    }
+
+    /// Starts tracing process `tgid` with initial `counters` (usually zero,
+    /// with `rss_bytes`/`rss_known` from /proc). Its forks follow in the
+    /// kernel when `follow_forks` is set.
+    ///
+    /// # Errors
+    /// [`BpfError::Map`] (e.g. the map is full).
+    pub fn trace_process(&mut self, tgid: u32, counters: ProcessCounters) -> Result<(), BpfError> {
+        let mut processes = self.processes_mut()?;
+        processes
+            .insert(tgid, counters, 0)
+            .map_err(|source| map_error(PROCESSES_MAP, format!("insert tgid {tgid}"), source))
+    }
+
+    /// Sets how to walk the Python stacks of process `tgid`.
+    ///
+    /// # Errors
+    /// [`BpfError::Map`].
+    pub fn set_python(&mut self, tgid: u32, info: PyProcessInfo) -> Result<(), BpfError> {
+        let map = map_mut(&mut self.ebpf, PY_PROCESSES_MAP)?;
+        let mut py: HashMap<&mut MapData, u32, PyProcessInfo> = HashMap::try_from(map)
+            .map_err(|source| map_error(PY_PROCESSES_MAP, "open".into(), source))?;
+        py.insert(tgid, info, 0)
+            .map_err(|source| map_error(PY_PROCESSES_MAP, format!("insert tgid {tgid}"), source))
+    }
+
+    /// The counters of every traced process (including exited ones not yet
+    /// forgotten), in map order.
+    ///
+    /// # Errors
+    /// [`BpfError::Map`].
+    pub fn counters(&self) -> Result<Vec<(u32, ProcessCounters)>, BpfError> {
+        let map = self.ebpf.map(PROCESSES_MAP).ok_or(BpfError::MapMissing {
+            map: PROCESSES_MAP,
+        })?;
+        let processes: HashMap<&MapData, u32, ProcessCounters> = HashMap::try_from(map)
+            .map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))?;
+        processes
+            .iter()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| map_error(PROCESSES_MAP, "iterate".into(), source))
+    }
+
+    /// Sets the RSS members of `tgid` whose `rss_known` bit is still clear
+    /// (no `rss_stat` seen yet) to `rss_bytes` (index `MM_*`), e.g. from
+    /// /proc/PID/status after a fork. Does nothing if `tgid` is not traced.
+    ///
+    /// The update is a read-modify-write of the whole value: counters the
+    /// kernel adds between the read and the write (a few microseconds) are
+    /// lost, so call it right after the process appears.
+    ///
+    /// # Errors
+    /// [`BpfError::Map`].
+    pub fn fill_unknown_rss(
+        &mut self,
+        tgid: u32,
+        rss_bytes: [u64; RSS_MEMBER_COUNT],
+    ) -> Result<(), BpfError> {
+        let mut processes = self.processes_mut()?;
+        let Some(mut counters) = get_optional(&processes, tgid)? else {
+            return Ok(());
+        };
+        if !fill_rss(&mut counters, rss_bytes) {
+            return Ok(());
+        }
+        processes
+            .insert(tgid, counters, BPF_EXIST)
+            .map_err(|source| map_error(PROCESSES_MAP, format!("update tgid {tgid}"), source))
+    }
+
+    /// Stops tracing `tgid`: removes it from `PROCESSES` and `PY_PROCESSES`
+    /// (absent entries are fine).
+    ///
+    /// # Errors
+    /// [`BpfError::Map`].
+    pub fn forget_process(&mut self, tgid: u32) -> Result<(), BpfError> {
+        for name in [PROCESSES_MAP, PY_PROCESSES_MAP] {
+            let map = map_mut(&mut self.ebpf, name)?;
+            let mut keys: HashMap<&mut MapData, u32, [u8; 0]> = HashMap::try_from(map)
+                .map_err(|source| map_error(name, "open".into(), source))?;
+            match keys.remove(&tgid) {
+                Err(aya::maps::MapError::SyscallError(err))
+                    if err.io_error.raw_os_error() == Some(ENOENT) => {}
+                other => {
+                    other.map_err(|source| map_error(name, format!("remove tgid {tgid}"), source))?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the kernel could not put in the ring buffer (it was full),
+    /// summed over CPUs.
+    ///
+    /// # Errors
+    /// [`BpfError::Map`].
+    pub fn dropped_records(&self) -> Result<u64, BpfError> {
+        let map = self.ebpf.map(DROPPED_MAP).ok_or(BpfError::MapMissing { map: DROPPED_MAP })?;
+        let dropped: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)
+            .map_err(|source| map_error(DROPPED_MAP, "open".into(), source))?;
+        let per_cpu = dropped
+            .get(&0, 0)
+            .map_err(|source| map_error(DROPPED_MAP, "read".into(), source))?;
+        Ok(per_cpu.iter().sum())
+    }
+
+    /// Takes the `RECORDS` ring buffer out of the tracer (once) for the
+    /// reader in `events`.
+    ///
+    /// # Errors
+    /// [`BpfError::MapMissing`] on a second call, [`BpfError::Map`].
+    pub fn take_records(&mut self) -> Result<RingBuf<MapData>, BpfError> {
+        let map = self
+            .ebpf
+            .take_map(RECORDS_MAP)
+            .ok_or(BpfError::MapMissing { map: RECORDS_MAP })?;
+        RingBuf::try_from(map).map_err(|source| map_error(RECORDS_MAP, "open".into(), source))
+    }
+
+    fn processes_mut(
+        &mut self,
+    ) -> Result<HashMap<&mut MapData, u32, ProcessCounters>, BpfError> {
+        let map = map_mut(&mut self.ebpf, PROCESSES_MAP)?;
+        HashMap::try_from(map).map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))
+    }
+}
+
+/// Sets the members of `counters` whose known bit is clear; returns whether
+/// anything changed.
+fn fill_rss(counters: &mut ProcessCounters, rss_bytes: [u64; RSS_MEMBER_COUNT]) -> bool {
+    let mut changed = false;
+    for (member, bytes) in rss_bytes.into_iter().enumerate() {
+        let bit = 1u64 << member;
+        if counters.rss_known & bit == 0 {
+            counters.rss_bytes[member] = bytes;
+            counters.rss_known |= bit;
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// `PROCESSES[tgid]`, or `None` when absent.
+fn get_optional(
+    processes: &HashMap<&mut MapData, u32, ProcessCounters>,
+    tgid: u32,
+) -> Result<Option<ProcessCounters>, BpfError> {
+    match processes.get(&tgid, 0) {
+        Ok(counters) => Ok(Some(counters)),
+        Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+        Err(source) => Err(map_error(PROCESSES_MAP, format!("read tgid {tgid}"), source)),
+    }
+}
+
+/// Loads (verifies) every program of the object.
+fn load_programs(ebpf: &mut Ebpf) -> Result<(), BpfError> {
+    for (program, _, _) in TRACEPOINTS {
+        let tracepoint: &mut TracePoint = program_mut(ebpf, program)?;
+        tracepoint
+            .load()
+            .map_err(|source| program_error(program, "load", source))?;
+    }
+    let btf = Btf::from_sys_fs().map_err(|source| BpfError::KernelBtf {
+        program: FORK_PROGRAM,
+        source,
+    })?;
+    let fork: &mut BtfTracePoint = program_mut(ebpf, FORK_PROGRAM)?;
+    fork.load(FORK_PROGRAM, &btf)
+        .map_err(|source| program_error(FORK_PROGRAM, "load", source))
+}
+
+/// The program `name` as a `T`.
+fn program_mut<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, BpfError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+{
+    ebpf.program_mut(name)
+        .and_then(|program| program.try_into().ok())
+        .ok_or(BpfError::ProgramMissing { program: name })
+}
+
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut aya::maps::Map, BpfError> {
+    ebpf.map_mut(name).ok_or(BpfError::MapMissing { map: name })
+}
+
+fn program_error(
+    program: &'static str,
+    action: &'static str,
+    source: aya::programs::ProgramError,
+) -> BpfError {
+    BpfError::Program {
+        program,
+        action,
+        source,
+    }
+}
+
+fn map_error(map: &'static str, action: String, source: aya::maps::MapError) -> BpfError {
+    BpfError::Map {
+        map,
+        action,
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_rss_sets_only_unknown_members() {
+        let mut counters = ProcessCounters {
+            rss_bytes: [10, 20, 0, 0],
+            rss_known: 0b0010,
+            ..ProcessCounters::default()
+        };
+        assert!(fill_rss(&mut counters, [100, 200, 300, 400]));
+        assert_eq!(counters.rss_bytes, [100, 20, 300, 400]);
+        assert_eq!(counters.rss_known, 0b1111);
+        assert!(!fill_rss(&mut counters, [1, 2, 3, 4]));
+        assert_eq!(counters.rss_bytes, [100, 20, 300, 400]);
+    }
+
+    #[test]
+    fn every_program_is_in_the_object() {
+        if EBPF_OBJECT.is_empty() {
+            eprintln!("skipping: built with AYA_BUILD_SKIP=1");
+            return;
+        }
+        let object = aya_obj_names(EBPF_OBJECT);
+        for (program, _, _) in TRACEPOINTS {
+            assert!(object.iter().any(|name| name == program), "{program} missing");
+        }
+        assert!(object.iter().any(|name| name == FORK_PROGRAM));
+    }
+
+    /// Function symbol names of an ELF object.
+    fn aya_obj_names(data: &[u8]) -> Vec<String> {
+        use object::{Object as _, ObjectSymbol as _};
+        let file = object::File::parse(data).expect("eBPF object parses");
+        file.symbols()
+            .filter(|symbol| symbol.kind() == object::SymbolKind::Text)
+            .filter_map(|symbol| symbol.name().ok().map(str::to_owned))
+            .collect()
+    }
+}

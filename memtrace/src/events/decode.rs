@@ -1,0 +1,263 @@
+//! Step 2 of the data flow: one ring-buffer record's bytes → a typed
+//! [`Record`]. Lengths are checked before any read; nothing here panics on
+//! bad input.
+
+use memtrace_common::{
+    ExecRecord, ExitRecord, ForkRecord, MemoryEvent, MemoryRecord, RecordHeader, RecordKind,
+    MAX_FRAMES,
+};
+use thiserror::Error;
+
+/// A decoded ring-buffer record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A traced process forked a new process.
+    Fork(ForkRecord),
+    /// A traced process called execve.
+    Exec(ExecRecord),
+    /// A traced process exited (its last thread).
+    Exit(ExitRecord),
+    /// A sampled memory event with its Python stack (boxed: 1,104 bytes).
+    Memory(Box<MemoryRecord>),
+}
+
+/// Why a record could not be decoded. The record is skipped and counted.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than a record header.
+    #[error("record of {len_bytes} bytes is shorter than its {header_bytes}-byte header")]
+    ShortHeader {
+        /// Bytes received.
+        len_bytes: usize,
+        /// Bytes a header needs.
+        header_bytes: usize,
+    },
+    /// The header's kind is not one this build knows.
+    #[error("unknown record kind `{kind}`")]
+    UnknownKind {
+        /// The tag found.
+        kind: u32,
+    },
+    /// Fewer bytes than the record kind needs.
+    #[error("truncated {kind:?} record: {len_bytes} bytes, need {need_bytes}")]
+    Truncated {
+        /// The record kind.
+        kind: RecordKind,
+        /// Bytes received.
+        len_bytes: usize,
+        /// Bytes the kind needs.
+        need_bytes: usize,
+    },
+    /// A memory record with an event value this build does not know.
+    #[error("unknown memory event `{event}`")]
+    UnknownMemoryEvent {
+        /// The value found.
+        event: u32,
+    },
+    /// A memory record claiming more frames than it can hold.
+    #[error("memory record claims {frame_count} frames, at most {MAX_FRAMES} fit")]
+    TooManyFrames {
+        /// The count found.
+        frame_count: u32,
+    },
+}
+
+/// Decodes one record.
+///
+/// # Errors
+/// [`DecodeError`] when `bytes` is shorter than the header or than its
+/// kind's record, when the kind or memory event is unknown, or when a memory
+/// record's `frame_count` exceeds [`MAX_FRAMES`].
+pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+    let header: RecordHeader = read(bytes).ok_or(DecodeError::ShortHeader {
+        len_bytes: bytes.len(),
+        header_bytes: size_of::<RecordHeader>(),
+    })?;
+    let kind =
+        RecordKind::try_from(header.kind).map_err(|kind| DecodeError::UnknownKind { kind })?;
+    match kind {
+        RecordKind::Fork => read_kind(bytes, kind).map(Record::Fork),
+        RecordKind::Exec => read_kind(bytes, kind).map(Record::Exec),
+        RecordKind::Exit => read_kind(bytes, kind).map(Record::Exit),
+        RecordKind::Memory => decode_memory(bytes).map(Record::Memory),
+    }
+}
+
+fn decode_memory(bytes: &[u8]) -> Result<Box<MemoryRecord>, DecodeError> {
+    let record: MemoryRecord = read_kind(bytes, RecordKind::Memory)?;
+    MemoryEvent::try_from(record.event)
+        .map_err(|event| DecodeError::UnknownMemoryEvent { event })?;
+    if record.frame_count as usize > MAX_FRAMES {
+        return Err(DecodeError::TooManyFrames {
+            frame_count: record.frame_count,
+        });
+    }
+    Ok(Box::new(record))
+}
+
+fn read_kind<T: Copy>(bytes: &[u8], kind: RecordKind) -> Result<T, DecodeError> {
+    read(bytes).ok_or(DecodeError::Truncated {
+        kind,
+        len_bytes: bytes.len(),
+        need_bytes: size_of::<T>(),
+    })
+}
+
+/// Reads a `T` from the start of `bytes` if it is long enough.
+///
+/// Only used with the `#[repr(C)]` integer-only records of
+/// `memtrace_common`, for which every bit pattern is valid.
+fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
+    (bytes.len() >= size_of::<T>()).then(|| {
+        // SAFETY: the length was checked above; `read_unaligned` copes with
+        // any alignment; T is a plain-old-data record (integers only).
+        unsafe { bytes.as_ptr().cast::<T>().read_unaligned() }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use memtrace_common::PyFrame;
+
+    use super::*;
+
+    fn bytes_of<T>(value: &T) -> Vec<u8> {
+        // SAFETY: test records are plain-old-data without padding.
+        unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
+    }
+
+    fn header(kind: RecordKind) -> RecordHeader {
+        RecordHeader {
+            kind: kind as u32,
+            tgid: 42,
+            tid: 43,
+            _pad: 0,
+            ts_ns: 1_000,
+        }
+    }
+
+    fn memory_record(frame_count: u32) -> MemoryRecord {
+        let mut frames = [PyFrame::default(); MAX_FRAMES];
+        frames[0] = PyFrame {
+            code_addr: 0x7f00_0000_1000,
+            instr_index: 12,
+            first_lineno: 7,
+        };
+        MemoryRecord {
+            header: header(RecordKind::Memory),
+            event: MemoryEvent::AnonGrowth as u32,
+            stack_status: 0,
+            addr: 0x5000,
+            len_bytes: 4096,
+            weight_bytes: 524_288,
+            native_ip: 0x40_1000,
+            flags: 0,
+            frame_count,
+            _pad: 0,
+            frames,
+        }
+    }
+
+    #[test]
+    fn decodes_fork() {
+        let fork = ForkRecord {
+            header: header(RecordKind::Fork),
+            child_tgid: 99,
+            _pad: 0,
+        };
+        assert_eq!(decode(&bytes_of(&fork)), Ok(Record::Fork(fork)));
+    }
+
+    #[test]
+    fn decodes_exec_and_exit() {
+        let exec = ExecRecord {
+            header: header(RecordKind::Exec),
+        };
+        let exit = ExitRecord {
+            header: header(RecordKind::Exit),
+        };
+        assert_eq!(decode(&bytes_of(&exec)), Ok(Record::Exec(exec)));
+        assert_eq!(decode(&bytes_of(&exit)), Ok(Record::Exit(exit)));
+    }
+
+    #[test]
+    fn decodes_memory_from_unaligned_bytes() {
+        let record = memory_record(1);
+        let mut buf = vec![0u8];
+        buf.extend(bytes_of(&record));
+        assert_eq!(decode(&buf[1..]), Ok(Record::Memory(Box::new(record))));
+    }
+
+    #[test]
+    fn rejects_short_header() {
+        assert_eq!(
+            decode(&[1, 0, 0]),
+            Err(DecodeError::ShortHeader {
+                len_bytes: 3,
+                header_bytes: 24
+            })
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_kind() {
+        let mut h = header(RecordKind::Exit);
+        h.kind = 77;
+        assert_eq!(
+            decode(&bytes_of(&h)),
+            Err(DecodeError::UnknownKind { kind: 77 })
+        );
+    }
+
+    #[test]
+    fn rejects_truncated_memory_record() {
+        let bytes = bytes_of(&memory_record(1));
+        assert_eq!(
+            decode(&bytes[..bytes.len() - 1]),
+            Err(DecodeError::Truncated {
+                kind: RecordKind::Memory,
+                len_bytes: bytes.len() - 1,
+                need_bytes: bytes.len()
+            })
+        );
+    }
+
+    #[test]
+    fn rejects_truncated_fork_record() {
+        let fork = ForkRecord {
+            header: header(RecordKind::Fork),
+            child_tgid: 1,
+            _pad: 0,
+        };
+        let bytes = bytes_of(&fork);
+        assert!(matches!(
+            decode(&bytes[..24]),
+            Err(DecodeError::Truncated {
+                kind: RecordKind::Fork,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn rejects_unknown_memory_event() {
+        let mut record = memory_record(1);
+        record.event = 200;
+        assert_eq!(
+            decode(&bytes_of(&record)),
+            Err(DecodeError::UnknownMemoryEvent { event: 200 })
+        );
+    }
+
+    #[test]
+    fn rejects_too_many_frames() {
+        let record = memory_record(MAX_FRAMES as u32 + 1);
+        assert_eq!(
+            decode(&bytes_of(&record)),
+            Err(DecodeError::TooManyFrames {
+                frame_count: MAX_FRAMES as u32 + 1
+            })
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! Step 3 of the data flow: the traced process tree. [`tree`] keeps which
+//! processes are traced, their roles and whether their Python layout is known;
+//! [`launch`] starts `memtrace run`'s command held before its execve;
+//! [`proc`] reads what /proc says about them.
+
+pub mod launch;
+pub mod proc;
+pub mod tree;
+
+pub use tree::{ProcessTree, PythonState, TracedProcess};

@@ -1,0 +1,166 @@
+//! Step 3 of the data flow: what /proc says about a process (command line,
+//! RSS counters at attach, descendants), via the procfs crate.
+
+use memtrace_common::{ProcessCounters, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES, MM_SWAPENTS};
+use procfs::process::Process;
+use thiserror::Error;
+
+/// A /proc read that failed.
+#[derive(Debug, Error)]
+pub enum ProcError {
+    /// No process has this PID.
+    #[error("no process with PID {pid}: check the PID (`ps -p {pid}`); it may have exited")]
+    NoSuchProcess {
+        /// The PID asked for.
+        pid: u32,
+    },
+    /// The process exists but cannot be read.
+    #[error("cannot read /proc/{pid}: {source}")]
+    Unreadable {
+        /// The PID asked for.
+        pid: u32,
+        /// What procfs reported.
+        #[source]
+        source: procfs::ProcError,
+    },
+}
+
+fn open(pid: u32) -> Result<Process, ProcError> {
+    let process = Process::new(pid as i32).map_err(|source| classify(pid, source))?;
+    // A zombie has no memory to trace.
+    match process.stat() {
+        Ok(stat) if stat.state == 'Z' => Err(ProcError::NoSuchProcess { pid }),
+        Ok(_) => Ok(process),
+        Err(source) => Err(classify(pid, source)),
+    }
+}
+
+fn classify(pid: u32, source: procfs::ProcError) -> ProcError {
+    match source {
+        procfs::ProcError::NotFound(_) => ProcError::NoSuchProcess { pid },
+        source => ProcError::Unreadable { pid, source },
+    }
+}
+
+/// Checks that `pid` names a live (not zombie) process.
+///
+/// # Errors
+/// [`ProcError::NoSuchProcess`] when it does not; [`ProcError::Unreadable`]
+/// when /proc cannot be read.
+pub fn check_exists(pid: u32) -> Result<(), ProcError> {
+    open(pid).map(|_| ())
+}
+
+/// The process's command line joined with spaces, or its `comm` in brackets
+/// when the command line is empty (kernel threads, exiting processes), or
+/// `"?"` when neither can be read.
+pub fn command_line(pid: u32) -> String {
+    let Ok(process) = Process::new(pid as i32) else {
+        return "?".to_owned();
+    };
+    match process.cmdline() {
+        Ok(args) if !args.is_empty() => args.join(" "),
+        _ => process
+            .stat()
+            .map_or_else(|_| "?".to_owned(), |stat| format!("[{}]", stat.comm)),
+    }
+}
+
+/// RSS per `kmem:rss_stat` member (index `MM_*`), in bytes, from
+/// /proc/PID/status (`RssFile`, `RssAnon`, `VmSwap`, `RssShmem`, given there
+/// in KiB).
+///
+/// # Errors
+/// When the process is gone or /proc cannot be read.
+pub fn rss_bytes(pid: u32) -> Result<[u64; 4], ProcError> {
+    let status = open(pid)?.status().map_err(|source| classify(pid, source))?;
+    let kib = |v: Option<u64>| v.unwrap_or(0) * 1024;
+    let mut rss = [0; 4];
+    rss[MM_FILEPAGES] = kib(status.rssfile);
+    rss[MM_ANONPAGES] = kib(status.rssanon);
+    rss[MM_SWAPENTS] = kib(status.vmswap);
+    rss[MM_SHMEMPAGES] = kib(status.rssshmem);
+    Ok(rss)
+}
+
+/// Counters for a process memtrace starts tracing now: its RSS from /proc
+/// marked known, everything else zero.
+///
+/// # Errors
+/// As [`rss_bytes`].
+pub fn initial_counters(pid: u32, parent_tgid: u32) -> Result<ProcessCounters, ProcError> {
+    let rss = rss_bytes(pid)?;
+    Ok(ProcessCounters {
+        rss_bytes: rss,
+        rss_known: 0b1111,
+        rss_peak_bytes: rss[MM_FILEPAGES] + rss[MM_ANONPAGES] + rss[MM_SHMEMPAGES],
+        parent_tgid,
+        ..ProcessCounters::default()
+    })
+}
+
+/// Parent PID of `pid`, if it can be read.
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = Process::new(pid as i32).ok()?.stat().ok()?;
+    u32::try_from(stat.ppid).ok()
+}
+
+/// Live descendants of `root` (children, grandchildren, ...), as
+/// `(tgid, parent_tgid)` pairs, parents before children.
+///
+/// # Errors
+/// When /proc cannot be listed.
+pub fn descendants(root: u32) -> Result<Vec<(u32, u32)>, ProcError> {
+    let all = procfs::process::all_processes().map_err(|source| classify(root, source))?;
+    let pairs: Vec<(u32, u32)> = all
+        .filter_map(Result::ok)
+        .filter_map(|p| p.stat().ok())
+        .filter(|stat| stat.state != 'Z')
+        .filter_map(|stat| Some((u32::try_from(stat.pid).ok()?, u32::try_from(stat.ppid).ok()?)))
+        .collect();
+    Ok(descendants_of(root, &pairs))
+}
+
+/// Walks `(pid, ppid)` pairs down from `root`; a parent precedes its children.
+fn descendants_of(root: u32, pairs: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, ppid) in pairs {
+            if ppid == parent && pid != root {
+                found.push((pid, ppid));
+                frontier.push(pid);
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walks_descendants() {
+        let pairs = [(1, 0), (10, 1), (11, 10), (12, 10), (13, 12), (20, 1)];
+        let mut found = descendants_of(10, &pairs);
+        found.sort_unstable();
+        assert_eq!(found, vec![(11, 10), (12, 10), (13, 12)]);
+    }
+
+    #[test]
+    fn missing_pid_is_reported_as_such() {
+        // PIDs are at most 2^22 on Linux: this one cannot exist.
+        let err = check_exists(4_999_999).unwrap_err();
+        assert!(matches!(err, ProcError::NoSuchProcess { pid: 4_999_999 }));
+        assert!(err.to_string().contains("no process with PID 4999999"));
+    }
+
+    #[test]
+    fn reads_own_rss_and_command_line() {
+        let me = std::process::id();
+        let rss = rss_bytes(me).unwrap();
+        assert!(rss[MM_ANONPAGES] > 0);
+        assert!(!command_line(me).is_empty());
+    }
+}

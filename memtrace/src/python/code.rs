@@ -1,0 +1,718 @@
+//! Resolves the Python frames BPF recorded (`PyFrame`: code-object address,
+//! instruction index, `co_firstlineno` fingerprint) to function, file and
+//! line by reading code objects through /proc/PID/mem: the last step of the
+//! `python` stage, called by the app for every frame of every
+//! `MemoryRecord` before aggregation.
+//!
+//! Code objects are cached per (tgid, address) and accepted only while their
+//! `co_firstlineno` equals the one BPF read (python-stacks.md §6: the frame
+//! held a reference, so a mismatch means the address was reused since).
+//! Lines are memoised per (code object, instruction index). A forked child
+//! shares its parent's code objects at the same addresses, so when the
+//! child's memory can no longer be read (it exited before its records were
+//! resolved) the parent's memory is used instead.
+
+use std::collections::HashMap;
+
+use memtrace_common::PyFrame;
+use thiserror::Error;
+
+use super::linetable::{self, LineTableError};
+use super::mem::{MemError, ProcessMemory, MAX_STRING_BYTES, MAX_TABLE_BYTES};
+use super::offsets::{UnicodeLayout, VersionLayout};
+use super::probe::PythonProcess;
+
+/// Where a Python frame was.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PyLocation {
+    /// `co_qualname`, e.g. `Cache.put` or `main.<locals>.worker`.
+    pub function: String,
+    /// `co_filename` as the interpreter saw it (may be relative).
+    pub file: String,
+    /// Line of the current instruction; `co_firstlineno` for a frame that has
+    /// not started; 0 for instructions that have no line (code 15 of the
+    /// location table).
+    pub line: u32,
+}
+
+/// Why a frame could not be resolved.
+#[derive(Debug, Error)]
+pub enum ResolveError {
+    /// The process was never registered (or was forgotten).
+    #[error("process {tgid} is not a registered python process")]
+    UnknownProcess {
+        /// The process.
+        tgid: u32,
+    },
+    /// Neither the process nor any ancestor it inherited from could be read.
+    #[error("cannot read code object {code_addr:#x} of process {tgid}: {source}")]
+    Memory {
+        /// The process.
+        tgid: u32,
+        /// The code object.
+        code_addr: u64,
+        /// The last failed read.
+        #[source]
+        source: MemError,
+    },
+    /// /proc/PID/mem of the process and of every ancestor it inherited
+    /// from could not be opened (they had exited when registered).
+    #[error(
+        "no memory of process {tgid} or of its ancestors is open (they had exited when registered)"
+    )]
+    NoMemory {
+        /// The process.
+        tgid: u32,
+    },
+    /// The code object's `co_firstlineno` differs from the one BPF read: the
+    /// address now holds another code object (or garbage).
+    #[error("code object {code_addr:#x} of process {tgid} has first line {found}, the frame said {expected}")]
+    FingerprintMismatch {
+        /// The process.
+        tgid: u32,
+        /// The code object.
+        code_addr: u64,
+        /// `first_lineno` from the BPF frame.
+        expected: u32,
+        /// `co_firstlineno` read now.
+        found: i32,
+    },
+    /// A str object that is not a compact str of kind 1, 2 or 4.
+    #[error("object {addr:#x} of process {tgid} is not a compact str (state {state:#x})")]
+    BadString {
+        /// The process.
+        tgid: u32,
+        /// The object.
+        addr: u64,
+        /// Its `state` bit field.
+        state: u32,
+    },
+    /// The location table did not decode.
+    #[error("line of instruction {instr_index} in code object {code_addr:#x} of process {tgid}: {source}")]
+    LineTable {
+        /// The process.
+        tgid: u32,
+        /// The code object.
+        code_addr: u64,
+        /// The instruction index.
+        instr_index: i32,
+        /// The decoding error.
+        #[source]
+        source: LineTableError,
+    },
+}
+
+/// Resolves [`PyFrame`]s of registered processes to [`PyLocation`]s.
+#[derive(Debug, Default)]
+pub struct FrameResolver {
+    processes: HashMap<u32, Registered>,
+}
+
+/// A registered process.
+#[derive(Debug)]
+struct Registered {
+    layout: &'static VersionLayout,
+    /// Opened at registration so a later tgid reuse cannot redirect reads;
+    /// `None` when the process was already gone.
+    memory: Option<ProcessMemory>,
+    /// The process whose code objects this one inherited at fork.
+    parent: Option<u32>,
+    /// Code objects by address.
+    codes: HashMap<u64, CodeObject>,
+}
+
+/// The parts of a `PyCodeObject` a location needs.
+#[derive(Debug)]
+struct CodeObject {
+    first_lineno: i32,
+    function: String,
+    file: String,
+    linetable: Vec<u8>,
+    /// Memo: instruction index → line.
+    lines: HashMap<i32, u32>,
+}
+
+impl FrameResolver {
+    /// An empty resolver.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts resolving frames of `tgid`, probed as `python`. Registering
+    /// again (after an exec) drops what was cached for the old image.
+    pub fn register(&mut self, tgid: u32, python: &PythonProcess) {
+        self.processes.insert(
+            tgid,
+            Registered {
+                layout: python.layout,
+                memory: ProcessMemory::open(tgid).ok(),
+                parent: None,
+                codes: HashMap::new(),
+            },
+        );
+    }
+
+    /// Registers `child_tgid`, forked from `parent_tgid`, with the parent's
+    /// layout; its code objects fall back to the parent's memory. Returns
+    /// false (and does nothing) when the parent is not registered.
+    pub fn inherit(&mut self, child_tgid: u32, parent_tgid: u32) -> bool {
+        let Some(parent) = self.processes.get(&parent_tgid) else {
+            return false;
+        };
+        let child = Registered {
+            layout: parent.layout,
+            memory: ProcessMemory::open(child_tgid).ok(),
+            parent: Some(parent_tgid),
+            codes: HashMap::new(),
+        };
+        self.processes.insert(child_tgid, child);
+        true
+    }
+
+    /// Drops everything about `tgid` (it exited or exec'd). Children that
+    /// inherited from it keep working from their own memory.
+    pub fn forget(&mut self, tgid: u32) {
+        self.processes.remove(&tgid);
+    }
+
+    /// Resolves one frame of process `tgid`.
+    ///
+    /// # Errors
+    /// [`ResolveError`] when the process is unknown, its code object cannot
+    /// be read from it or its ancestors, the fingerprint does not match, or
+    /// the strings or location table are malformed.
+    pub fn resolve(&mut self, tgid: u32, frame: &PyFrame) -> Result<PyLocation, ResolveError> {
+        let registered = self
+            .processes
+            .get(&tgid)
+            .ok_or(ResolveError::UnknownProcess { tgid })?;
+        let cached = registered
+            .codes
+            .get(&frame.code_addr)
+            .is_some_and(|code| i64::from(code.first_lineno) == i64::from(frame.first_lineno));
+        if !cached {
+            let code = self.read_code_chain(tgid, frame)?;
+            if let Some(registered) = self.processes.get_mut(&tgid) {
+                registered.codes.insert(frame.code_addr, code);
+            }
+        }
+        let code = self
+            .processes
+            .get_mut(&tgid)
+            .and_then(|registered| registered.codes.get_mut(&frame.code_addr))
+            .ok_or(ResolveError::UnknownProcess { tgid })?;
+        let line = code.line(tgid, frame)?;
+        Ok(PyLocation {
+            function: code.function.clone(),
+            file: code.file.clone(),
+            line,
+        })
+    }
+
+    /// Reads the code object from `tgid`, or from its ancestors when `tgid`'s
+    /// memory is gone. A fingerprint mismatch is final: the readable process
+    /// answered.
+    fn read_code_chain(&self, tgid: u32, frame: &PyFrame) -> Result<CodeObject, ResolveError> {
+        let mut last_error = None;
+        let mut current = Some(tgid);
+        // Bounded by the number of registered processes (guards against a
+        // parent cycle from tgid reuse).
+        for _ in 0..=self.processes.len() {
+            let Some(registered) = current.and_then(|t| self.processes.get(&t)) else {
+                break;
+            };
+            if let Some(memory) = &registered.memory {
+                match CodeObject::read(memory, registered.layout, frame.code_addr) {
+                    Ok(code) => return code.check(tgid, frame),
+                    Err(ReadError::Memory(source)) => last_error = Some(source),
+                    Err(ReadError::BadString { addr, state }) => {
+                        return Err(ResolveError::BadString {
+                            tgid: memory.tgid(),
+                            addr,
+                            state,
+                        })
+                    }
+                }
+            }
+            current = registered.parent;
+        }
+        Err(match last_error {
+            Some(source) => ResolveError::Memory {
+                tgid,
+                code_addr: frame.code_addr,
+                source,
+            },
+            None => ResolveError::NoMemory { tgid },
+        })
+    }
+}
+
+/// A failed read of one code object.
+enum ReadError {
+    Memory(MemError),
+    BadString { addr: u64, state: u32 },
+}
+
+impl From<MemError> for ReadError {
+    fn from(error: MemError) -> Self {
+        Self::Memory(error)
+    }
+}
+
+impl CodeObject {
+    /// Reads the code object at `addr`: its fixed fields in one read, then
+    /// the two strings and the location table.
+    fn read(memory: &ProcessMemory, layout: &VersionLayout, addr: u64) -> Result<Self, ReadError> {
+        let code = &layout.code;
+        let header_len = usize::try_from(code.linetable + 8).unwrap_or(0);
+        let mut header = vec![0u8; header_len];
+        memory.read_exact(addr, &mut header)?;
+        let first_lineno = field::<4>(&header, code.firstlineno).map_or(0, i32::from_le_bytes);
+        let pointer = |offset| field::<8>(&header, offset).map_or(0, u64::from_le_bytes);
+        let qualname = pointer(code.qualname);
+        let filename = pointer(code.filename);
+        let linetable = pointer(code.linetable);
+        Ok(Self {
+            first_lineno,
+            function: read_str(memory, &layout.unicode, qualname)?,
+            file: read_str(memory, &layout.unicode, filename)?,
+            linetable: read_bytes(memory, layout, linetable)?,
+            lines: HashMap::new(),
+        })
+    }
+
+    /// Accepts the code object only if its `co_firstlineno` matches the
+    /// frame's fingerprint.
+    fn check(self, tgid: u32, frame: &PyFrame) -> Result<Self, ResolveError> {
+        if i64::from(self.first_lineno) == i64::from(frame.first_lineno) {
+            Ok(self)
+        } else {
+            Err(ResolveError::FingerprintMismatch {
+                tgid,
+                code_addr: frame.code_addr,
+                expected: frame.first_lineno,
+                found: self.first_lineno,
+            })
+        }
+    }
+
+    /// Line of the frame's instruction, memoised.
+    fn line(&mut self, tgid: u32, frame: &PyFrame) -> Result<u32, ResolveError> {
+        if let Some(&line) = self.lines.get(&frame.instr_index) {
+            return Ok(line);
+        }
+        let line = linetable::line_for_index(&self.linetable, self.first_lineno, frame.instr_index)
+            .map_err(|source| ResolveError::LineTable {
+                tgid,
+                code_addr: frame.code_addr,
+                instr_index: frame.instr_index,
+                source,
+            })?
+            .unwrap_or(0);
+        self.lines.insert(frame.instr_index, line);
+        Ok(line)
+    }
+}
+
+/// The `N` bytes at `offset` of `bytes`, if in range.
+fn field<const N: usize>(bytes: &[u8], offset: u64) -> Option<[u8; N]> {
+    let start = usize::try_from(offset).ok()?;
+    bytes.get(start..start.checked_add(N)?)?.try_into().ok()
+}
+
+/// Decodes the compact str at `addr` (python-stacks.md §6): `kind` (bits
+/// 2..5 of `state`) is the bytes per code point, 1 for ASCII/Latin-1, 2 for
+/// UCS-2, 4 for UCS-4; the data follows the `PyASCIIObject` header for ASCII
+/// strings and the `PyCompactUnicodeObject` header otherwise. Invalid code
+/// points become U+FFFD.
+fn read_str(
+    memory: &ProcessMemory,
+    unicode: &UnicodeLayout,
+    addr: u64,
+) -> Result<String, ReadError> {
+    let length = memory.read_u64(addr.wrapping_add(unicode.length))?;
+    let state = memory.read_u32(addr.wrapping_add(unicode.state))?;
+    let kind = (state >> 2) & 7;
+    let compact = state & (1 << 5) != 0;
+    let ascii = state & (1 << 6) != 0;
+    if !compact || !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
+        return Err(ReadError::BadString { addr, state });
+    }
+    let header_bytes = if ascii {
+        unicode.ascii_size_bytes
+    } else {
+        unicode.compact_size_bytes
+    };
+    let data = addr.wrapping_add(header_bytes);
+    let len_bytes = i64::try_from(length)
+        .ok()
+        .and_then(|length| length.checked_mul(i64::from(kind)))
+        .unwrap_or(-1);
+    let bytes = memory.read_capped("str", data, len_bytes, MAX_STRING_BYTES)?;
+    Ok(decode_code_points(&bytes, kind))
+}
+
+/// Turns `bytes` of `kind`-byte little-endian code points into a String.
+fn decode_code_points(bytes: &[u8], kind: u32) -> String {
+    match kind {
+        1 => bytes.iter().map(|&b| char::from(b)).collect(),
+        2 => bytes
+            .chunks_exact(2)
+            .map(|c| {
+                char::from_u32(u32::from(u16::from_le_bytes([c[0], c[1]]))).unwrap_or('\u{fffd}')
+            })
+            .collect(),
+        _ => bytes
+            .chunks_exact(4)
+            .map(|c| {
+                char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('\u{fffd}')
+            })
+            .collect(),
+    }
+}
+
+/// Reads the data of the bytes object at `addr` (`co_linetable`).
+fn read_bytes(
+    memory: &ProcessMemory,
+    layout: &VersionLayout,
+    addr: u64,
+) -> Result<Vec<u8>, ReadError> {
+    let size = memory.read_u64(addr.wrapping_add(layout.bytes.size))?;
+    let len_bytes = i64::try_from(size).unwrap_or(-1);
+    Ok(memory.read_capped(
+        "line table",
+        addr.wrapping_add(layout.bytes.data),
+        len_bytes,
+        MAX_TABLE_BYTES,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python::probe::tests::spawn;
+    use crate::python::probe::{probe, Probe};
+
+    /// Prints, for three code objects (ASCII, Latin-1 and UCS-2 names; a
+    /// UCS-4 file name), their address, first line, names and one
+    /// (instruction index, line) pair from `co_positions()`. With `FORK`
+    /// set it forks first and the child prints instead, adding a child-only
+    /// code object.
+    const SCRIPT: &str = r#"
+import json, os, sys, time
+src = '''
+def café(x):
+    y = x + 1
+    return y
+
+class Klass:
+    def 函数(self):
+        z = 2
+        return z
+'''
+ns = {}
+exec(compile(src, "файл😀.py", "exec"), ns)
+def plain():
+    a = 1
+    b = a + 1
+    return b
+def describe(c):
+    pos = [p[0] for p in c.co_positions()]
+    idx = max(i for i, l in enumerate(pos) if l is not None)
+    return {"addr": id(c), "first": c.co_firstlineno, "qualname": c.co_qualname,
+            "file": c.co_filename, "index": idx, "line": pos[idx]}
+codes = [plain.__code__, ns["café"].__code__, ns["Klass"].__dict__["函数"].__code__]
+if FORK and os.fork() == 0:
+    def child_only():
+        return 3
+    codes.append(child_only.__code__)
+    print(json.dumps({"pid": os.getpid(), "codes": [describe(c) for c in codes]}), flush=True)
+    time.sleep(60)
+elif not FORK:
+    print(json.dumps({"pid": os.getpid(), "codes": [describe(c) for c in codes]}), flush=True)
+time.sleep(60)
+"#;
+
+    #[derive(serde::Deserialize)]
+    struct Described {
+        addr: u64,
+        first: u32,
+        qualname: String,
+        file: String,
+        index: i32,
+        line: u32,
+    }
+
+    #[derive(serde::Deserialize)]
+    struct Output {
+        pid: u32,
+        codes: Vec<Described>,
+    }
+
+    fn frame(code: &Described, instr_index: i32) -> PyFrame {
+        PyFrame {
+            code_addr: code.addr,
+            instr_index,
+            first_lineno: code.first,
+        }
+    }
+
+    fn resolve_in(exe: &str) {
+        let Some(interp) = spawn(exe, &format!("FORK = False\n{SCRIPT}")) else {
+            return;
+        };
+        let output: Output = serde_json::from_str(&interp.first_line).unwrap();
+        let Probe::Python(python) = probe(output.pid).unwrap() else {
+            panic!("{exe} not detected");
+        };
+        let mut resolver = FrameResolver::new();
+        resolver.register(output.pid, &python);
+        for code in &output.codes {
+            let at_start = resolver.resolve(output.pid, &frame(code, -1)).unwrap();
+            assert_eq!(
+                at_start,
+                PyLocation {
+                    function: code.qualname.clone(),
+                    file: code.file.clone(),
+                    line: code.first,
+                }
+            );
+            let running = resolver
+                .resolve(output.pid, &frame(code, code.index))
+                .unwrap();
+            assert_eq!(running.line, code.line, "{}", code.qualname);
+            assert_ne!(code.line, code.first, "{}", code.qualname);
+            let stale = PyFrame {
+                first_lineno: code.first + 1,
+                ..frame(code, 0)
+            };
+            assert!(matches!(
+                resolver.resolve(output.pid, &stale),
+                Err(ResolveError::FingerprintMismatch { .. })
+            ));
+        }
+        let names: Vec<_> = output.codes.iter().map(|c| c.qualname.as_str()).collect();
+        assert_eq!(names, ["plain", "café", "Klass.函数"]);
+        assert_eq!(output.codes[1].file, "файл😀.py");
+        resolver.forget(output.pid);
+        assert!(matches!(
+            resolver.resolve(output.pid, &frame(&output.codes[0], -1)),
+            Err(ResolveError::UnknownProcess { .. })
+        ));
+    }
+
+    #[test]
+    fn resolves_3_11_shared() {
+        resolve_in("~/.pyenv/versions/3.11.7/bin/python3.11");
+    }
+
+    #[test]
+    fn resolves_3_11_debian_static() {
+        resolve_in("/usr/bin/python3.11");
+    }
+
+    #[test]
+    fn resolves_3_12_shared() {
+        resolve_in("~/.pyenv/versions/3.12.1/bin/python3.12");
+    }
+
+    #[test]
+    fn resolves_3_13_shared() {
+        resolve_in("~/.pyenv/versions/3.13.0/bin/python3.13");
+    }
+
+    /// A forked child resolves from its own memory, and from its parent's
+    /// once it has exited.
+    #[test]
+    fn exited_child_falls_back_to_parent() {
+        let script = format!("FORK = True\n{SCRIPT}");
+        let Some(interp) = spawn("~/.pyenv/versions/3.12.1/bin/python3.12", &script) else {
+            return;
+        };
+        let parent = interp.child.id();
+        let output: Output = serde_json::from_str(&interp.first_line).unwrap();
+        let child = output.pid;
+        assert_ne!(child, parent);
+        let Probe::Python(python) = probe(parent).unwrap() else {
+            panic!("parent not detected");
+        };
+        let mut resolver = FrameResolver::new();
+        resolver.register(parent, &python);
+        assert!(resolver.inherit(child, parent));
+        assert!(!resolver.inherit(child + 1_000_000, 1));
+        let child_only = &output.codes[3];
+        assert_eq!(
+            resolver
+                .resolve(child, &frame(child_only, -1))
+                .unwrap()
+                .function,
+            "child_only"
+        );
+        let child_pid = nix::unistd::Pid::from_raw(i32::try_from(child).unwrap());
+        nix::sys::signal::kill(child_pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        // The parent never reaps it: wait until it is a zombie (its memory is gone).
+        for _ in 0..100 {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            if stat.contains(") Z ") || stat.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let inherited = &output.codes[0];
+        let location = resolver
+            .resolve(child, &frame(inherited, inherited.index))
+            .unwrap();
+        assert_eq!(
+            (location.function.as_str(), location.line),
+            ("plain", inherited.line)
+        );
+        resolver.forget(parent);
+        assert!(matches!(
+            resolver.resolve(child, &frame(&output.codes[1], -1)),
+            Err(ResolveError::Memory { .. })
+        ));
+    }
+
+    #[test]
+    fn decodes_each_kind() {
+        assert_eq!(decode_code_points(b"caf\xe9", 1), "café");
+        assert_eq!(decode_code_points(&[0xfd, 0x51, 0x70, 0x65], 2), "函数");
+        assert_eq!(decode_code_points(&[0x00, 0xf6, 0x01, 0x00], 4), "😀");
+        assert_eq!(decode_code_points(&[0x00, 0xd8], 2), "\u{fffd}");
+        assert_eq!(decode_code_points(&[0xff, 0xff, 0xff, 0xff], 4), "\u{fffd}");
+    }
+}
+
+/// A userspace replica of the kernel-side walk (python-stacks.md §5) over a
+/// sleeping interpreter: checks the BPF offsets of `offsets::LAYOUTS`, the
+/// TSS key of `probe` and the resolver end to end against what the
+/// interpreter itself reports.
+#[cfg(test)]
+mod walk_tests {
+    use super::*;
+    use crate::python::probe::tests::spawn;
+    use crate::python::probe::{probe, Probe};
+    use memtrace_common::{PyOffsets, NO_OFFSET};
+
+    /// Prints its thread state address, the pthread keys whose slot holds
+    /// it, and its stack (co_name, line), then sleeps on the same line.
+    const SCRIPT: &str = r#"
+import ctypes, json, sys, time, traceback
+api = ctypes.pythonapi
+api.PyGILState_GetThisThreadState.restype = ctypes.c_void_p
+libc = ctypes.CDLL(None)
+libc.pthread_getspecific.restype = ctypes.c_void_p
+libc.pthread_getspecific.argtypes = [ctypes.c_uint]
+def leaf():
+    ts = api.PyGILState_GetThisThreadState()
+    keys = [k for k in range(32) if libc.pthread_getspecific(k) == ts]
+    print(json.dumps({"tstate": ts, "keys": keys, "stack": [[f.name, f.lineno] for f in traceback.extract_stack()]}), flush=True); time.sleep(60)
+def middle():
+    leaf()
+class Outer:
+    def run(self):
+        middle()
+Outer().run()
+"#;
+
+    #[derive(serde::Deserialize)]
+    struct Output {
+        tstate: u64,
+        keys: Vec<u32>,
+        stack: Vec<(String, u32)>,
+    }
+
+    /// The §5 walk, innermost frame first.
+    fn walk(memory: &ProcessMemory, tstate: u64, offsets: &PyOffsets) -> Vec<PyFrame> {
+        let mut frame = if offsets.tstate_cframe == NO_OFFSET {
+            memory
+                .read_u64(tstate + u64::from(offsets.current_frame))
+                .unwrap()
+        } else {
+            let cframe = memory
+                .read_u64(tstate + u64::from(offsets.tstate_cframe))
+                .unwrap();
+            memory
+                .read_u64(cframe + u64::from(offsets.current_frame))
+                .unwrap()
+        };
+        let mut frames = Vec::new();
+        while frame != 0 && frames.len() < memtrace_common::MAX_FRAMES {
+            let previous = memory
+                .read_u64(frame + u64::from(offsets.frame_previous))
+                .unwrap();
+            let owner = memory
+                .read_array::<1>(frame + u64::from(offsets.frame_owner))
+                .unwrap()[0];
+            if offsets.owner_skip_min != NO_OFFSET && u16::from(owner) >= offsets.owner_skip_min {
+                frame = previous;
+                continue;
+            }
+            let code = memory
+                .read_u64(frame + u64::from(offsets.frame_code))
+                .unwrap();
+            let instr = memory
+                .read_u64(frame + u64::from(offsets.frame_instr_ptr))
+                .unwrap();
+            let first = memory
+                .read_u32(code + u64::from(offsets.code_firstlineno))
+                .unwrap();
+            let delta = i64::try_from(instr).unwrap()
+                - i64::try_from(code + u64::from(offsets.code_adaptive)).unwrap();
+            frames.push(PyFrame {
+                code_addr: code,
+                instr_index: i32::try_from(delta / 2).unwrap(),
+                first_lineno: first,
+            });
+            frame = previous;
+        }
+        frames
+    }
+
+    fn walk_in(exe: &str) {
+        let Some(interp) = spawn(exe, SCRIPT) else {
+            return;
+        };
+        let output: Output = serde_json::from_str(&interp.first_line).unwrap();
+        let tgid = interp.child.id();
+        let Probe::Python(python) = probe(tgid).unwrap() else {
+            panic!("{exe} not detected");
+        };
+        assert_eq!(output.keys, [python.info.tss_key], "{exe}");
+        let memory = ProcessMemory::open(tgid).unwrap();
+        let frames = walk(&memory, output.tstate, &python.info.offsets);
+        let mut resolver = FrameResolver::new();
+        resolver.register(tgid, &python);
+        let mut got: Vec<(String, u32)> = frames
+            .iter()
+            .map(|frame| {
+                let location = resolver.resolve(tgid, frame).unwrap();
+                let name = location.function.rsplit('.').next().unwrap().to_owned();
+                (name, location.line)
+            })
+            .collect();
+        got.reverse();
+        assert_eq!(got, output.stack, "{exe}");
+    }
+
+    #[test]
+    fn walks_3_11_shared() {
+        walk_in("~/.pyenv/versions/3.11.7/bin/python3.11");
+    }
+
+    #[test]
+    fn walks_3_11_debian_static() {
+        walk_in("/usr/bin/python3.11");
+    }
+
+    #[test]
+    fn walks_3_12_shared() {
+        walk_in("~/.pyenv/versions/3.12.1/bin/python3.12");
+    }
+
+    #[test]
+    fn walks_3_13_shared() {
+        walk_in("~/.pyenv/versions/3.13.0/bin/python3.13");
+    }
+}

@@ -1,0 +1,20 @@
+//! The `python` stage: per-process CPython layout and frame resolution,
+//! between `process` (which says a process appeared, forked, exec'd or
+//! exited) and `aggregate` (which needs names and lines).
+//!
+//! - [`probe`] decides whether a process runs a supported CPython and builds
+//!   the `PyProcessInfo` the kernel-side frame walk needs;
+//! - [`FrameResolver`] turns the `PyFrame`s BPF recorded into
+//!   [`PyLocation`]s (qualified name, file, line);
+//! - `offsets` is the per-version layout table, `mem` reads
+//!   /proc/PID/mem, `linetable` decodes CPython 3.11+ location tables.
+
+mod code;
+pub mod linetable;
+mod mem;
+pub mod offsets;
+mod probe;
+
+pub use code::{FrameResolver, PyLocation, ResolveError};
+pub use mem::MemError;
+pub use probe::{probe, Probe, ProbeError, PythonProcess, PythonVersion, MAX_TSS_KEY};

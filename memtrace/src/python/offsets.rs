@@ -1,0 +1,242 @@
+//! CPython struct layouts per minor version: the one table `probe` looks up
+//! after reading `Py_Version`. Its BPF half ([`PyOffsets`]) goes into the
+//! `PY_PROCESSES` map for the kernel-side frame walk; the rest is used by
+//! `code` to read code objects and strings through /proc/PID/mem.
+//!
+//! Every number comes from the x86-64, default (GIL, release, glibc) build of
+//! CPython and was checked with `offsetof` in gdb against the debug info of
+//! the pyenv builds 3.11.7, 3.12.1 and 3.13.0 on this project's machines
+//! (notes/python-stacks.md §2, tag [V]). The defining headers are named on
+//! each field. Debian's static `/usr/bin/python3.11` has the same layout.
+//!
+//! To support another version, add one [`VersionLayout`] to [`LAYOUTS`].
+
+use memtrace_common::{PyOffsets, NO_OFFSET};
+
+/// Layout of a `PyCodeObject` (Include/cpython/code.h), in bytes from the
+/// start of the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeLayout {
+    /// `co_filename` (`PyObject *`, a str).
+    pub filename: u64,
+    /// `co_name` (`PyObject *`, a str).
+    pub name: u64,
+    /// `co_qualname` (`PyObject *`, a str; 3.11+).
+    pub qualname: u64,
+    /// `co_linetable` (`PyObject *`, a bytes object; the 3.11+ location
+    /// table of Objects/locations.md).
+    pub linetable: u64,
+    /// `co_firstlineno` (`int`).
+    pub firstlineno: u64,
+}
+
+/// Layout of `PyBytesObject` (Include/cpython/bytesobject.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BytesLayout {
+    /// `ob_base.ob_size` (`Py_ssize_t`): number of bytes.
+    pub size: u64,
+    /// `ob_sval`: first data byte.
+    pub data: u64,
+}
+
+/// Layout of compact str objects (Include/cpython/unicodeobject.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnicodeLayout {
+    /// `PyASCIIObject.length` (`Py_ssize_t`): length in code points.
+    pub length: u64,
+    /// `PyASCIIObject.state` (a `u32` bit field: `kind` in bits 2..5,
+    /// `compact` bit 5, `ascii` bit 6).
+    pub state: u64,
+    /// `sizeof(PyASCIIObject)`: where the data of a compact ASCII str starts.
+    pub ascii_size_bytes: u64,
+    /// `sizeof(PyCompactUnicodeObject)`: where the data of any other compact
+    /// str starts.
+    pub compact_size_bytes: u64,
+}
+
+/// Everything memtrace needs to know about one CPython minor version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VersionLayout {
+    /// Major version (3).
+    pub major: u8,
+    /// Minor version.
+    pub minor: u8,
+    /// Offsets of the kernel-side frame walk (python-stacks.md §2 and §5).
+    pub walk: PyOffsets,
+    /// Offset in `_PyRuntime` of `autoTSSkey._key`, the `pthread_key_t`
+    /// (u32) whose slot holds the thread's `PyThreadState *`
+    /// (Include/internal/pycore_runtime.h; `gilstate.autoTSSkey` on 3.11).
+    /// `Py_tss_t._is_initialized` (`int`) is the 4 bytes before it.
+    pub runtime_tss_key: u64,
+    /// Code-object fields read in userspace.
+    pub code: CodeLayout,
+    /// Bytes-object fields.
+    pub bytes: BytesLayout,
+    /// Str-object fields.
+    pub unicode: UnicodeLayout,
+}
+
+/// `PyCodeObject` fields: the same offsets on 3.11, 3.12 and 3.13
+/// (Include/cpython/code.h, `_PyCode_DEF`); only `co_firstlineno` moved.
+const fn code_layout(firstlineno: u64) -> CodeLayout {
+    CodeLayout {
+        filename: 112,
+        name: 120,
+        qualname: 128,
+        linetable: 136,
+        firstlineno,
+    }
+}
+
+/// `PyBytesObject`: `PyObject_VAR_HEAD` (refcount, type, size) then data.
+const BYTES: BytesLayout = BytesLayout { size: 16, data: 32 };
+
+/// 3.11 str headers: `PyASCIIObject` still carries the `wstr` pointer (48
+/// bytes) and `PyCompactUnicodeObject` adds `utf8_length`, `utf8` and
+/// `wstr_length` (72 bytes).
+const UNICODE_3_11: UnicodeLayout = UnicodeLayout {
+    length: 16,
+    state: 32,
+    ascii_size_bytes: 48,
+    compact_size_bytes: 72,
+};
+
+/// 3.12+ str headers: `wstr` removed (PEP 623), so 40 and 56 bytes.
+const UNICODE_3_12: UnicodeLayout = UnicodeLayout {
+    length: 16,
+    state: 32,
+    ascii_size_bytes: 40,
+    compact_size_bytes: 56,
+};
+
+/// The supported versions, oldest first.
+pub const LAYOUTS: &[VersionLayout] = &[
+    // 3.11: Include/internal/pycore_frame.h (`_PyInterpreterFrame`:
+    // f_code @32, previous @48, prev_instr @56, owner @69; entry frames are
+    // real frames flagged by `is_entry` @68, so nothing is skipped),
+    // Include/cpython/pystate.h (`PyThreadState.cframe` @56,
+    // `_PyCFrame.current_frame` @8), Include/internal/pycore_runtime.h
+    // (`gilstate.autoTSSkey` @592, `_key` @596).
+    VersionLayout {
+        major: 3,
+        minor: 11,
+        walk: PyOffsets {
+            tstate_cframe: 56,
+            current_frame: 8,
+            frame_code: 32,
+            frame_previous: 48,
+            frame_instr_ptr: 56,
+            frame_owner: 69,
+            owner_skip_min: NO_OFFSET,
+            code_firstlineno: 72,
+            code_adaptive: 184,
+            _pad: [0; 3],
+        },
+        runtime_tss_key: 596,
+        code: code_layout(72),
+        bytes: BYTES,
+        unicode: UNICODE_3_11,
+    },
+    // 3.12: pycore_frame.h (f_code @0, previous @8, prev_instr @56,
+    // owner @70; `FRAME_OWNED_BY_CSTACK` = 3 marks the entry frame pushed at
+    // every C→Python call), pystate.h (`cframe` @56,
+    // `_PyCFrame.current_frame` @0), pycore_runtime.h (`autoTSSkey` @1544,
+    // `_key` @1548).
+    VersionLayout {
+        major: 3,
+        minor: 12,
+        walk: PyOffsets {
+            tstate_cframe: 56,
+            current_frame: 0,
+            frame_code: 0,
+            frame_previous: 8,
+            frame_instr_ptr: 56,
+            frame_owner: 70,
+            owner_skip_min: 3,
+            code_firstlineno: 68,
+            code_adaptive: 192,
+            _pad: [0; 3],
+        },
+        runtime_tss_key: 1548,
+        code: code_layout(68),
+        bytes: BYTES,
+        unicode: UNICODE_3_12,
+    },
+    // 3.13: no `_PyCFrame`; `PyThreadState.current_frame` @72
+    // (pystate.h), pycore_frame.h (f_executable @0, previous @8,
+    // instr_ptr @56, owner @70, `FRAME_OWNED_BY_CSTACK` = 3 with
+    // f_executable = Py_None), pycore_runtime.h (`autoTSSkey` @2160,
+    // `_key` @2164). The same numbers are in `_Py_DebugOffsets`.
+    VersionLayout {
+        major: 3,
+        minor: 13,
+        walk: PyOffsets {
+            tstate_cframe: NO_OFFSET,
+            current_frame: 72,
+            frame_code: 0,
+            frame_previous: 8,
+            frame_instr_ptr: 56,
+            frame_owner: 70,
+            owner_skip_min: 3,
+            code_firstlineno: 68,
+            code_adaptive: 200,
+            _pad: [0; 3],
+        },
+        runtime_tss_key: 2164,
+        code: code_layout(68),
+        bytes: BYTES,
+        unicode: UNICODE_3_12,
+    },
+];
+
+/// The layout of `major.minor`, or `None` when that version is not in
+/// [`LAYOUTS`].
+#[must_use]
+pub fn layout(major: u8, minor: u8) -> Option<&'static VersionLayout> {
+    LAYOUTS
+        .iter()
+        .find(|layout| layout.major == major && layout.minor == minor)
+}
+
+/// The supported versions for error messages, e.g. `"3.11, 3.12, 3.13"`.
+#[must_use]
+pub fn supported_versions() -> String {
+    LAYOUTS
+        .iter()
+        .map(|layout| format!("{}.{}", layout.major, layout.minor))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_version_appears_once() {
+        for (i, a) in LAYOUTS.iter().enumerate() {
+            for b in &LAYOUTS[i + 1..] {
+                assert!((a.major, a.minor) != (b.major, b.minor));
+            }
+        }
+    }
+
+    #[test]
+    fn bpf_and_userspace_agree_on_first_lineno() {
+        for layout in LAYOUTS {
+            assert_eq!(
+                u64::from(layout.walk.code_firstlineno),
+                layout.code.firstlineno
+            );
+        }
+    }
+
+    #[test]
+    fn lookup_finds_supported_and_rejects_others() {
+        assert_eq!(layout(3, 12).map(|l| l.walk.frame_owner), Some(70));
+        assert_eq!(layout(3, 11).map(|l| l.runtime_tss_key), Some(596));
+        assert!(layout(3, 10).is_none());
+        assert!(layout(2, 7).is_none());
+        assert_eq!(supported_versions(), "3.11, 3.12, 3.13");
+    }
+}

@@ -1,0 +1,90 @@
+//! Folded-stacks renderer of the report step (Brendan Gregg's format, as read
+//! by inferno and flamegraph.pl): one line per (process, stack) with sampled
+//! resident growth, `process;outer;...;inner <bytes>`.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use super::process_label;
+use crate::aggregate::{Frame, Report};
+
+/// Writes one line per (process, stack) with sampled growth > 0:
+/// `<command> (tgid N);<outermost frame>;...;<innermost frame> <bytes>`.
+/// Frames read `function (file:line)`, `symbol` or `[reason]`; `;` and line
+/// breaks inside names become `:` and spaces. Lines are sorted bytewise
+/// (what `inferno::flamegraph::from_lines` expects) and identical stacks are
+/// summed, so the output is deterministic.
+///
+/// # Errors
+/// Any error of `out`.
+pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    for (stack, bytes) in lines(report) {
+        writeln!(out, "{stack} {bytes}")?;
+    }
+    Ok(())
+}
+
+/// Folded stack → summed growth bytes, sorted.
+fn lines(report: &Report) -> BTreeMap<String, u64> {
+    let mut lines = BTreeMap::new();
+    for path in report.paths.iter().filter(|p| p.bytes.growth_bytes > 0) {
+        let cmdline = report.process(path.tgid).map_or("", |p| p.cmdline.as_str());
+        let mut line = sanitize(&format!("{} (tgid {})", process_label(cmdline), path.tgid));
+        for frame in report.frames(path.stack) {
+            line.push(';');
+            line.push_str(&folded_frame(frame));
+        }
+        let total: &mut u64 = lines.entry(line).or_default();
+        *total = total.saturating_add(path.bytes.growth_bytes);
+    }
+    lines
+}
+
+/// One frame as folded-stack text.
+fn folded_frame(frame: &Frame) -> String {
+    sanitize(&frame.to_string())
+}
+
+/// Replaces the characters the folded format reserves.
+fn sanitize(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            ';' => ':',
+            '\n' | '\r' => ' ',
+            other => other,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support::{self, MIB};
+
+    #[test]
+    fn lines_are_exact_sorted_and_sanitized() {
+        let mut out = Vec::new();
+        render(&test_support::report(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let expected = format!(
+            "python3 server.py (tgid 101);<module> (server.py:1);handle (app/views.py:10);\
+             append (app/cache.py:42);PyList_Append {}\n\
+             python3 server.py (tgid 101);<module> (server.py:1);parse (app/io:v2.py:7);malloc {}\n",
+            36 * MIB,
+            12 * MIB
+        );
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn stacks_that_render_alike_are_summed() {
+        let mut report = test_support::report();
+        // Make the second stack print like the first one.
+        let first = report.paths[0].stack;
+        let second = report.paths[1].stack;
+        report.stacks[second.0 as usize] = report.stacks[first.0 as usize].clone();
+        let text = lines(&report);
+        assert_eq!(text.len(), 1);
+        assert_eq!(text.values().copied().collect::<Vec<_>>(), vec![48 * MIB]);
+    }
+}

@@ -1,0 +1,38 @@
+//! JSON renderer of the report step: the whole [`Report`] (what the terminal
+//! shows, plus every path, stack and RSS timeline) for other tools.
+
+use std::io::{self, Write};
+
+use crate::aggregate::Report;
+
+/// Writes `report` as pretty-printed JSON followed by a newline. The shape is
+/// [`Report`]'s serde form; `serde_json::from_str::<Report>` reads it back.
+///
+/// # Errors
+/// Any error of `out` (serialization itself cannot fail for this type).
+pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, report)?;
+    writeln!(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::test_support;
+
+    #[test]
+    fn round_trips() {
+        let report = test_support::report();
+        let mut out = Vec::new();
+        render(&report, &mut out).unwrap();
+        let back: Report = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back, report);
+        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(value["processes"][0]["tgid"], 101);
+        assert_eq!(value["processes"][0]["role"], "worker");
+        assert_eq!(value["processes"][0]["python"]["status"], "python");
+        assert_eq!(value["warnings"][0]["kind"], "dropped_records");
+        assert_eq!(value["stacks"][0][0]["kind"], "python");
+        assert_eq!(value["stacks"][0][0]["function"], "<module>");
+    }
+}

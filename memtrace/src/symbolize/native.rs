@@ -1,0 +1,166 @@
+//! Native instruction pointers to names: symbolizes `MemoryRecord::native_ip`
+//! (the faulting instruction or the syscall's return address) of a traced
+//! process with blazesym, so a stack can end in e.g. `PyList_Append` or
+//! `__memset_avx2_unaligned_erms` under the Python line that called it.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use blazesym::normalize::{Normalizer, UserMeta};
+use blazesym::symbolize::source::{Process, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::Pid;
+
+/// Symbolizes native instruction pointers of live processes, caching every
+/// answer per (tgid, ip) until [`NativeSymbolizer::forget`].
+pub struct NativeSymbolizer {
+    symbolizer: Symbolizer,
+    normalizer: Normalizer,
+    /// tgid → ip → name (`None`: nothing is mapped there).
+    cache: HashMap<u32, HashMap<u64, Option<String>>>,
+}
+
+impl std::fmt::Debug for NativeSymbolizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeSymbolizer")
+            .field("cached_processes", &self.cache.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for NativeSymbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NativeSymbolizer {
+    /// A symbolizer with empty caches. It uses ELF symbol tables (`.symtab`,
+    /// else `.dynsym`), not DWARF: names are all memtrace needs and DWARF of a
+    /// debug-info libpython takes seconds to load.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            symbolizer: Symbolizer::new(),
+            normalizer: Normalizer::new(),
+            cache: HashMap::new(),
+        }
+    }
+
+    /// Name of the function containing address `ip` of process `tgid`
+    /// (demangled, without offset). When the containing file has no symbol
+    /// for it, `"<file name>+0x<file offset>"` (e.g. `"libc.so.6+0x1234"`).
+    /// `None` when `ip` is 0, not mapped, in an anonymous mapping, or the
+    /// process is gone.
+    pub fn symbolize(&mut self, tgid: u32, ip: u64) -> Option<String> {
+        if ip == 0 || tgid == 0 {
+            return None;
+        }
+        if let Some(name) = self.cache.get(&tgid).and_then(|by_ip| by_ip.get(&ip)) {
+            return name.clone();
+        }
+        let name = self
+            .symbol_name(tgid, ip)
+            .or_else(|| self.module_offset(tgid, ip));
+        self.cache.entry(tgid).or_default().insert(ip, name.clone());
+        name
+    }
+
+    /// Drops everything cached for `tgid` (it exited or exec'd).
+    pub fn forget(&mut self, tgid: u32) {
+        self.cache.remove(&tgid);
+        let evict = blazesym::symbolize::evict::Process::new(Pid::from(tgid));
+        // Nothing cached is not an error for blazesym; any other failure
+        // only keeps some memory around until the symbolizer is dropped.
+        let _ = self.symbolizer.evict(&evict.into());
+    }
+
+    fn symbol_name(&self, tgid: u32, ip: u64) -> Option<String> {
+        let mut process = Process::new(Pid::from(tgid));
+        process.debug_syms = false;
+        let source = Source::Process(process);
+        match self
+            .symbolizer
+            .symbolize_single(&source, Input::AbsAddr(ip))
+        {
+            Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
+            Ok(Symbolized::Unknown(_)) | Err(_) => None,
+        }
+    }
+
+    fn module_offset(&self, tgid: u32, ip: u64) -> Option<String> {
+        let output = self
+            .normalizer
+            .normalize_user_addrs(Pid::from(tgid), &[ip])
+            .ok()?;
+        let &(file_offset, meta_index) = output.outputs.first()?;
+        let UserMeta::Elf(elf) = output.meta.get(meta_index)? else {
+            return None;
+        };
+        let module = Path::new(&elf.path).file_name()?.to_string_lossy();
+        Some(format!("{module}+{file_offset:#x}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[no_mangle]
+    #[inline(never)]
+    extern "C" fn memtrace_symbolize_test_target(value: u64) -> u64 {
+        std::hint::black_box(value.wrapping_mul(3))
+    }
+
+    fn own_tgid() -> u32 {
+        std::process::id()
+    }
+
+    #[test]
+    fn names_a_function_of_this_binary() {
+        let mut symbolizer = NativeSymbolizer::new();
+        let ip = memtrace_symbolize_test_target as *const () as u64;
+        assert_eq!(memtrace_symbolize_test_target(2), 6);
+        let name = symbolizer.symbolize(own_tgid(), ip + 1);
+        assert_eq!(name.as_deref(), Some("memtrace_symbolize_test_target"));
+        // Served from the cache, then recomputed after forget.
+        assert_eq!(symbolizer.symbolize(own_tgid(), ip + 1), name);
+        symbolizer.forget(own_tgid());
+        assert!(symbolizer.cache.is_empty());
+        assert_eq!(symbolizer.symbolize(own_tgid(), ip + 1), name);
+    }
+
+    #[test]
+    fn names_a_libc_function() {
+        let mut symbolizer = NativeSymbolizer::new();
+        let ip = nix::libc::getpid as *const () as u64;
+        let name = symbolizer.symbolize(own_tgid(), ip).unwrap();
+        assert!(name.contains("getpid"), "{name}");
+    }
+
+    #[test]
+    fn file_offset_when_no_symbol_covers_the_address() {
+        // The ELF header of the test executable: mapped, but in no symbol.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let first = maps
+            .lines()
+            .find(|line| line.ends_with(exe.to_str().unwrap()))
+            .unwrap();
+        let start = u64::from_str_radix(first.split('-').next().unwrap(), 16).unwrap();
+        let mut symbolizer = NativeSymbolizer::new();
+        let name = symbolizer.symbolize(own_tgid(), start + 0x10).unwrap();
+        let module = exe.file_name().unwrap().to_string_lossy();
+        assert_eq!(name, format!("{module}+0x10"));
+    }
+
+    #[test]
+    fn nothing_for_anonymous_or_missing() {
+        let mut symbolizer = NativeSymbolizer::new();
+        let heap = Box::new(7u64);
+        let addr = std::ptr::addr_of!(*heap) as u64;
+        assert_eq!(symbolizer.symbolize(own_tgid(), addr), None);
+        assert_eq!(symbolizer.symbolize(own_tgid(), 0), None);
+        assert_eq!(symbolizer.symbolize(u32::MAX - 1, 0x1000), None);
+    }
+}

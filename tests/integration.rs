@@ -1,0 +1,350 @@
+//! Integration tests: the real memtrace binary loads its real eBPF programs
+//! and traces real Python interpreters running the workloads in
+//! tests/scripts/; the assertions are on what the JSON report attributes
+//! (which process, which function, how many bytes).
+//!
+//! They need root (CAP_BPF + CAP_PERFMON) and a kernel with BTF: without them
+//! each test prints why it skips. An interpreter that is absent is skipped
+//! with a printed reason. `cargo xtask test` runs them one at a time.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::Duration,
+};
+
+use serde_json::Value;
+
+/// Allowed relative error of attributed bytes against the workload's own
+/// measurement of its growth.
+const TOLERANCE: f64 = 0.25;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn script(name: &str) -> PathBuf {
+    workspace().join("tests/scripts").join(name)
+}
+
+fn memtrace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_memtrace"))
+}
+
+/// Why eBPF tests cannot run here, if they cannot.
+fn ebpf_unavailable() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not root: loading eBPF programs needs CAP_BPF and CAP_PERFMON".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
+    }
+    None
+}
+
+macro_rules! require_ebpf {
+    () => {
+        if let Some(why) = ebpf_unavailable() {
+            println!("skipping: {why}");
+            return;
+        }
+    };
+}
+
+fn pyenv(version: &str, exe: &str) -> PathBuf {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    home.join(".pyenv/versions").join(version).join("bin").join(exe)
+}
+
+/// The interpreter if present, else `None` after printing why the case is
+/// skipped.
+fn interpreter(path: PathBuf) -> Option<PathBuf> {
+    if path.exists() {
+        Some(path)
+    } else {
+        println!("skipping: interpreter `{}` is not installed", path.display());
+        None
+    }
+}
+
+/// A finished trace: memtrace's output and its JSON report.
+struct Trace {
+    output: Output,
+    report: Value,
+}
+
+impl Trace {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    /// The JSON line the workload printed for `event` (its own measurements).
+    fn workload_event(&self, event: &str) -> Value {
+        self.stdout()
+            .lines()
+            .filter(|l| l.trim_start().starts_with('{'))
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["event"] == event)
+            .unwrap_or_else(|| panic!("workload printed no `{event}` line:\n{}", self.stdout()))
+    }
+
+    /// Every (process, stack) path, largest resident growth first.
+    fn paths(&self) -> &Vec<Value> {
+        self.report["paths"].as_array().expect("report has paths")
+    }
+
+    /// Python function names of a path's stack, outermost first.
+    fn functions(&self, path: &Value) -> Vec<String> {
+        let stack = path["stack"].as_u64().expect("path has a stack id") as usize;
+        let mut names = Vec::new();
+        collect_functions(&self.report["stacks"][stack], &mut names);
+        names
+    }
+
+    fn process(&self, tgid: u64) -> &Value {
+        self.report["processes"]
+            .as_array()
+            .expect("report has processes")
+            .iter()
+            .find(|p| p["tgid"].as_u64() == Some(tgid))
+            .unwrap_or_else(|| panic!("process {tgid} not in report: {:#}", self.report["processes"]))
+    }
+}
+
+/// Runs memtrace with `args` (plus `--quiet --output-dir TMP`), expecting
+/// success, and reads the JSON report it wrote.
+fn trace(args: &[&str]) -> Trace {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = memtrace();
+    cmd.arg(args[0])
+        .arg("--quiet")
+        .arg("--output-dir")
+        .arg(dir.path())
+        .args(&args[1..]);
+    let output = cmd.stdin(Stdio::null()).output().unwrap();
+    assert!(
+        output.status.success(),
+        "memtrace {args:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("memtrace wrote a JSON report");
+    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    Trace { output, report }
+}
+
+fn collect_functions(value: &Value, names: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(f)) = map.get("function") {
+                names.push(f.clone());
+            }
+            map.values().for_each(|v| collect_functions(v, names));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_functions(v, names)),
+        _ => {}
+    }
+}
+
+fn assert_within(actual: f64, expected: f64, what: &str) {
+    let error = (actual - expected).abs() / expected;
+    assert!(
+        error <= TOLERANCE,
+        "{what}: memtrace says {actual:.0} bytes, the workload measured {expected:.0} ({:.1}% off, tolerance {:.0}%)",
+        error * 100.0,
+        TOLERANCE * 100.0
+    );
+}
+
+/// grow_cache.py's `fill_cache` must be the top growth path, with its bytes
+/// within 25% of the growth the script measured.
+fn check_grow_cache(python: &Path) {
+    let script = script("grow_cache.py");
+    let trace = trace(&[
+        "run",
+        "--",
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--mib",
+        "256",
+    ]);
+    // The script's own RSS growth across fill_cache (pymalloc rounding
+    // included), the same quantity memtrace attributes.
+    let expected = trace.workload_event("grown")["rss_growth_bytes"]
+        .as_f64()
+        .expect("grow_cache.py reports rss_growth_bytes");
+    let top = &trace.paths()[0];
+    let names = trace.functions(top);
+    assert!(
+        names.iter().any(|n| n == "fill_cache"),
+        "top growth path is not fill_cache: {names:?}\n{}",
+        trace.stdout()
+    );
+    let attributed: f64 = trace
+        .growth_paths()
+        .iter()
+        .filter(|p| trace.functions(p).iter().any(|n| n == "fill_cache"))
+        .map(|p| p["bytes"]["growth_bytes"].as_f64().unwrap())
+        .sum();
+    assert_within(attributed, expected, "fill_cache growth");
+}
+
+#[test]
+fn attributes_growth_to_function_on_pyenv_3_11() {
+    require_ebpf!();
+    if let Some(python) = interpreter(pyenv("3.11.7", "python3.11")) {
+        check_grow_cache(&python);
+    }
+}
+
+#[test]
+fn attributes_growth_to_function_on_pyenv_3_12() {
+    require_ebpf!();
+    if let Some(python) = interpreter(pyenv("3.12.1", "python3.12")) {
+        check_grow_cache(&python);
+    }
+}
+
+#[test]
+fn attributes_growth_to_function_on_debian_static_python() {
+    require_ebpf!();
+    if let Some(python) = interpreter(PathBuf::from("/usr/bin/python3.11")) {
+        check_grow_cache(&python);
+    }
+}
+
+#[test]
+fn names_the_one_leaking_worker() {
+    require_ebpf!();
+    let Some(python) = interpreter(pyenv("3.11.7", "python3.11")) else {
+        return;
+    };
+    let script = script("prefork_one_leaks.py");
+    let trace = trace(&[
+        "run",
+        "--",
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--workers",
+        "3",
+        "--mib",
+        "128",
+    ]);
+    let forked = trace.workload_event("forked");
+    let leaker = forked["leaker_pid"].as_u64().expect("leaker_pid");
+    let workers: Vec<u64> = forked["workers"]
+        .as_object()
+        .expect("workers by index")
+        .values()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert_eq!(workers.len(), 3);
+    let top = &trace.paths()[0];
+    assert_eq!(top["tgid"].as_u64(), Some(leaker), "top growth path's process");
+    assert!(trace.functions(top).iter().any(|n| n == "leak_in_worker"));
+    let leaked = trace.process(leaker)["counters"]["anon_growth_bytes"].as_f64().unwrap();
+    assert!(leaked >= 100.0 * 1024.0 * 1024.0, "leaker grew only {leaked} bytes");
+    for &worker in workers.iter().filter(|&&w| w != leaker) {
+        let grown = trace.process(worker)["counters"]["anon_growth_bytes"].as_f64().unwrap();
+        assert!(
+            grown < leaked / 10.0,
+            "idle worker {worker} grew {grown} bytes, leaker {leaked}"
+        );
+        assert_eq!(trace.process(worker)["role"], "worker");
+    }
+}
+
+#[test]
+fn attaches_to_a_running_process() {
+    require_ebpf!();
+    let Some(python) = interpreter(pyenv("3.11.7", "python3.11")) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let trigger = dir.path().join("go");
+    let mut target = Command::new(&python)
+        .arg(script("wait_then_grow.py"))
+        .args(["--mib", "128", "--start-delay", "30", "--trigger-file"])
+        .arg(&trigger)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let the interpreter initialise before attaching.
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = target.id().to_string();
+    let trigger_later = trigger.clone();
+    let toucher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        std::fs::write(trigger_later, b"go").unwrap();
+    });
+    let trace = trace(&["record", "--pid", &pid, "--duration", "60s"]);
+    toucher.join().unwrap();
+    let status = target.wait().unwrap();
+    assert!(status.success());
+    let top = &trace.paths()[0];
+    assert_eq!(top["tgid"].as_u64(), Some(u64::from(target.id())));
+    let names = trace.functions(top);
+    assert!(
+        names.iter().any(|n| n == "grow_after_attach"),
+        "top path after attach: {names:?}"
+    );
+    assert_eq!(trace.process(u64::from(target.id()))["role"], "root");
+}
+
+#[test]
+fn traces_a_process_that_is_not_python() {
+    require_ebpf!();
+    let trace = trace(&["run", "--", "sh", "-c", "head -c 50000000 /dev/zero | tail -c 1 >/dev/null"]);
+    let root = trace.report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["role"] == "root")
+        .expect("root process in report");
+    assert_eq!(root["python"]["status"], "not_python", "python status: {}", root["python"]);
+    assert!(trace.stdout().to_lowercase().contains("not python"));
+}
+
+#[test]
+fn rejects_a_pid_that_does_not_exist() {
+    require_ebpf!();
+    let output = memtrace()
+        .args(["record", "--pid", "4999999", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no process with PID 4999999"),
+        "stderr: {stderr}"
+    );
+}
+
+#[test]
+fn explains_missing_privileges() {
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipping: needs root to drop to an unprivileged user");
+        return;
+    }
+    use std::os::unix::process::CommandExt as _;
+    let output = memtrace()
+        .args(["run", "--duration", "1s", "--output-dir", "/tmp", "--", "true"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("CAP_BPF") && stderr.contains("root"),
+        "stderr does not explain the missing privileges: {stderr}"
+    );
+}

@@ -1,0 +1,178 @@
+//! `cargo xtask`: what cargo alone cannot do for memtrace: install the eBPF
+//! toolchain (setup), then build, run, demo, test and bench on top of it.
+//! Every subcommand runs `setup` first, which is idempotent and fast when
+//! nothing is missing.
+
+mod bench;
+mod setup;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "memtrace developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building and running memtrace needs: nightly rust-src,
+    /// bpf-linker, a mounted tracefs.
+    Setup,
+    /// Build memtrace (release) with its embedded eBPF object.
+    Build,
+    /// Build, then run memtrace with the given arguments (as root).
+    Run {
+        /// Arguments passed to memtrace, e.g. `record --pid 1234`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build, then trace the bundled pre-fork example service under load and
+    /// print memtrace's report.
+    Demo {
+        /// Seconds of load the load generator sends.
+        #[arg(long, default_value_t = 15)]
+        seconds: u32,
+        /// Where the report files go.
+        #[arg(long, default_value = "target/demo")]
+        output_dir: PathBuf,
+    },
+    /// Run the unit and integration tests (integration tests need root and
+    /// load real eBPF programs; they run one at a time).
+    Test {
+        /// Extra arguments for `cargo test`, e.g. a test name filter.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Measure memtrace's overhead: traced vs untraced, side by side.
+    Bench {
+        /// Runs of each configuration (medians are reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)
+        .with_context(|| format!("cannot enter the workspace `{}`", root.display()))?;
+    setup::run()?;
+    match cli.task {
+        Task::Setup => Ok(()),
+        Task::Build => build().map(|_| ()),
+        Task::Run { args } => run_memtrace(&build()?, &args),
+        Task::Demo { seconds, output_dir } => demo(seconds, &output_dir),
+        Task::Test { args } => test(&args),
+        Task::Bench { runs } => bench::run(&bench::BenchArgs {
+            runs,
+            memtrace_bin: build()?,
+            python: python_for_examples()?,
+        }),
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives inside the workspace")
+        .to_path_buf()
+}
+
+/// Runs a command, failing with its rendering when it does not exit 0.
+pub(crate) fn check(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+/// Builds the release memtrace binary and returns its path.
+fn build() -> Result<PathBuf> {
+    check(Command::new("cargo").args(["build", "--release", "--package", "memtrace"]))?;
+    Ok(PathBuf::from("target/release/memtrace"))
+}
+
+fn run_memtrace(bin: &Path, args: &[String]) -> Result<()> {
+    check(Command::new(bin).args(args))
+}
+
+/// The interpreter the demo and benchmark use: pyenv's 3.11.7 if present,
+/// else Debian's python3.11, else `python3` on PATH.
+fn python_for_examples() -> Result<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let candidates = [
+        home.join(".pyenv/versions/3.11.7/bin/python3.11"),
+        PathBuf::from("/usr/bin/python3.11"),
+    ];
+    if let Some(found) = candidates.into_iter().find(|p| p.exists()) {
+        return Ok(found);
+    }
+    which_python3().context("no Python 3.11 interpreter found (looked for pyenv 3.11.7, /usr/bin/python3.11 and python3 on PATH)")
+}
+
+fn which_python3() -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("python3"))
+            .find(|p| p.exists())
+    })
+}
+
+fn demo(seconds: u32, output_dir: &Path) -> Result<()> {
+    let bin = build()?;
+    let python = python_for_examples()?;
+    std::fs::create_dir_all(output_dir)
+        .with_context(|| format!("cannot create `{}`", output_dir.display()))?;
+    println!(
+        "demo: tracing examples/prefork_service (master + 4 workers) under {seconds} s of load with {}",
+        python.display()
+    );
+    check(
+        Command::new(&bin)
+            .arg("run")
+            .arg("--output-dir")
+            .arg(output_dir)
+            .arg("--")
+            .arg(&python)
+            .arg("examples/prefork_service/run_demo.py")
+            .arg("--seconds")
+            .arg(seconds.to_string()),
+    )
+}
+
+fn test(args: &[String]) -> Result<()> {
+    if !nix_is_root() {
+        println!("note: not root: integration tests that load eBPF programs will print why they skip");
+    }
+    // Build first so the test run itself is not timed against compilation.
+    check(Command::new("cargo").args(["build", "--workspace", "--tests"]))?;
+    check(
+        Command::new("cargo")
+            .args(["test", "--workspace"])
+            .args(args)
+            .args(["--", "--test-threads=1"]),
+    )
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
