@@ -35,7 +35,8 @@ fn ensure_object_exists() -> anyhow::Result<()> {
     let out_dir = std::env::var("OUT_DIR").context("OUT_DIR is not set by cargo")?;
     let object = Path::new(&out_dir).join("memtrace");
     if !object.exists() {
-        std::fs::write(&object, []).with_context(|| format!("cannot create `{}`", object.display()))?;
+        std::fs::write(&object, [])
+            .with_context(|| format!("cannot create `{}`", object.display()))?;
     }
     Ok(())
 }

@@ -55,8 +55,13 @@ macro_rules! require_ebpf {
 }
 
 fn pyenv(version: &str, exe: &str) -> PathBuf {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-    home.join(".pyenv/versions").join(version).join("bin").join(exe)
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    home.join(".pyenv/versions")
+        .join(version)
+        .join("bin")
+        .join(exe)
 }
 
 /// The interpreter if present, else `None` after printing why the case is
@@ -65,7 +70,10 @@ fn interpreter(path: PathBuf) -> Option<PathBuf> {
     if path.exists() {
         Some(path)
     } else {
-        println!("skipping: interpreter `{}` is not installed", path.display());
+        println!(
+            "skipping: interpreter `{}` is not installed",
+            path.display()
+        );
         None
     }
 }
@@ -110,7 +118,12 @@ impl Trace {
             .expect("report has processes")
             .iter()
             .find(|p| p["tgid"].as_u64() == Some(tgid))
-            .unwrap_or_else(|| panic!("process {tgid} not in report: {:#}", self.report["processes"]))
+            .unwrap_or_else(|| {
+                panic!(
+                    "process {tgid} not in report: {:#}",
+                    self.report["processes"]
+                )
+            })
     }
 }
 
@@ -189,7 +202,7 @@ fn check_grow_cache(python: &Path) {
         trace.stdout()
     );
     let attributed: f64 = trace
-        .growth_paths()
+        .paths()
         .iter()
         .filter(|p| trace.functions(p).iter().any(|n| n == "fill_cache"))
         .map(|p| p["bytes"]["growth_bytes"].as_f64().unwrap())
@@ -248,12 +261,23 @@ fn names_the_one_leaking_worker() {
         .collect();
     assert_eq!(workers.len(), 3);
     let top = &trace.paths()[0];
-    assert_eq!(top["tgid"].as_u64(), Some(leaker), "top growth path's process");
+    assert_eq!(
+        top["tgid"].as_u64(),
+        Some(leaker),
+        "top growth path's process"
+    );
     assert!(trace.functions(top).iter().any(|n| n == "leak_in_worker"));
-    let leaked = trace.process(leaker)["counters"]["anon_growth_bytes"].as_f64().unwrap();
-    assert!(leaked >= 100.0 * 1024.0 * 1024.0, "leaker grew only {leaked} bytes");
+    let leaked = trace.process(leaker)["counters"]["anon_growth_bytes"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        leaked >= 100.0 * 1024.0 * 1024.0,
+        "leaker grew only {leaked} bytes"
+    );
     for &worker in workers.iter().filter(|&&w| w != leaker) {
-        let grown = trace.process(worker)["counters"]["anon_growth_bytes"].as_f64().unwrap();
+        let grown = trace.process(worker)["counters"]["anon_growth_bytes"]
+            .as_f64()
+            .unwrap();
         assert!(
             grown < leaked / 10.0,
             "idle worker {worker} grew {grown} bytes, leaker {leaked}"
@@ -302,14 +326,24 @@ fn attaches_to_a_running_process() {
 #[test]
 fn traces_a_process_that_is_not_python() {
     require_ebpf!();
-    let trace = trace(&["run", "--", "sh", "-c", "head -c 50000000 /dev/zero | tail -c 1 >/dev/null"]);
+    let trace = trace(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "head -c 50000000 /dev/zero | tail -c 1 >/dev/null",
+    ]);
     let root = trace.report["processes"]
         .as_array()
         .unwrap()
         .iter()
         .find(|p| p["role"] == "root")
         .expect("root process in report");
-    assert_eq!(root["python"]["status"], "not_python", "python status: {}", root["python"]);
+    assert_eq!(
+        root["python"]["status"], "not_python",
+        "python status: {}",
+        root["python"]
+    );
     assert!(trace.stdout().to_lowercase().contains("not python"));
 }
 
@@ -336,7 +370,15 @@ fn explains_missing_privileges() {
     }
     use std::os::unix::process::CommandExt as _;
     let output = memtrace()
-        .args(["run", "--duration", "1s", "--output-dir", "/tmp", "--", "true"])
+        .args([
+            "run",
+            "--duration",
+            "1s",
+            "--output-dir",
+            "/tmp",
+            "--",
+            "true",
+        ])
         .uid(65534)
         .gid(65534)
         .output()

@@ -323,8 +323,11 @@ pub struct ProcessCounters {
     pub brk_end: u64,
     /// tgid of the parent as seen at fork (0 for a process added by userspace).
     pub parent_tgid: u32,
-    /// Always zero.
-    pub _pad: u32,
+    /// `kmem:rss_stat` `mm_id` (a hash of the `mm_struct` address) of the
+    /// address space the RSS values belong to; 0 until the first event. A
+    /// different id means execve replaced the address space: RSS values and
+    /// the high-water mark restart from zero.
+    pub mm_id: u32,
 }
 
 #[cfg(feature = "user")]

@@ -9,7 +9,10 @@
 //! and produces an empty binary.
 #![cfg_attr(target_arch = "bpf", no_std, no_main)]
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
-#![cfg_attr(target_arch = "bpf", expect(internal_features, reason = "BPF atomics, see counters.rs"))]
+#![cfg_attr(
+    target_arch = "bpf",
+    expect(internal_features, reason = "BPF atomics, see counters.rs")
+)]
 
 mod counters;
 mod maps;

@@ -24,14 +24,12 @@ pub static RECORDS: RingBuf = RingBuf::with_byte_size(RECORDS_BYTES, 0);
 
 /// Traced processes: tgid -> exact counters (`memtrace_common::PROCESSES_MAP`).
 #[map]
-pub static PROCESSES: HashMap<u32, ProcessCounters> =
-    HashMap::with_max_entries(MAX_PROCESSES, 0);
+pub static PROCESSES: HashMap<u32, ProcessCounters> = HashMap::with_max_entries(MAX_PROCESSES, 0);
 
 /// Python processes: tgid -> how to walk their stacks
 /// (`memtrace_common::PY_PROCESSES_MAP`).
 #[map]
-pub static PY_PROCESSES: HashMap<u32, PyProcessInfo> =
-    HashMap::with_max_entries(MAX_PROCESSES, 0);
+pub static PY_PROCESSES: HashMap<u32, PyProcessInfo> = HashMap::with_max_entries(MAX_PROCESSES, 0);
 
 /// Records that could not be reserved in `RECORDS`, one `u64` per CPU
 /// (`memtrace_common::DROPPED_MAP`).

@@ -46,9 +46,8 @@ fn sample_weight(len_bytes: u64) -> Option<u64> {
         return Some(len_bytes);
     }
     // SAFETY: helper without arguments.
-    let random = unsafe {
-        (u64::from(bpf_get_prandom_u32()) << 32) | u64::from(bpf_get_prandom_u32())
-    };
+    let random =
+        unsafe { (u64::from(bpf_get_prandom_u32()) << 32) | u64::from(bpf_get_prandom_u32()) };
     (random % interval < len_bytes).then_some(interval)
 }
 

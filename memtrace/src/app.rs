@@ -38,9 +38,12 @@ const TICK: Duration = Duration::from_millis(200);
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 /// Bytes pending in the ring buffer before the kernel wakes the reader.
 const WAKEUP_THRESHOLD_BYTES: u64 = 256 * 1024;
-/// Probes finding no CPython runtime before a process counts as not Python
-/// (a freshly exec'd interpreter may not have mapped libpython yet).
-const NOT_PYTHON_AFTER_PROBES: u32 = 5;
+/// How long after a process appears (or execs) it is probed for CPython on
+/// every drain rather than every tick: an interpreter initialises within
+/// milliseconds and a short script may be done growing soon after. A process
+/// with no CPython runtime by then counts as not Python (the dynamic loader
+/// may not have mapped libpython at the first probes).
+const EAGER_PROBE_WINDOW: Duration = Duration::from_secs(1);
 
 /// Runs the parsed command line.
 ///
@@ -137,8 +140,11 @@ struct Session {
     aggregator: Aggregator,
     resolver: FrameResolver,
     symbolizer: NativeSymbolizer,
-    /// Probes that found no CPython runtime, per tgid.
-    not_python_probes: std::collections::HashMap<u32, u32>,
+    /// When each process still being probed for CPython appeared or exec'd.
+    pending_since: std::collections::HashMap<u32, Instant>,
+    /// Pending processes whose latest probe found no CPython runtime: if they
+    /// exit within the eager window, they were not Python.
+    found_no_python: std::collections::HashSet<u32>,
     started: Instant,
     start_ns: u64,
     sample_interval_bytes: u64,
@@ -167,8 +173,8 @@ impl Session {
         };
         let mut tracer = Tracer::load(&options)?;
         tracer.attach()?;
-        let reader = RecordReader::new(tracer.take_records()?)
-            .context("cannot watch the ring buffer")?;
+        let reader =
+            RecordReader::new(tracer.take_records()?).context("cannot watch the ring buffer")?;
         let start_ns = monotonic_ns();
         Ok(Self {
             tracer,
@@ -177,7 +183,8 @@ impl Session {
             aggregator: Aggregator::new(start_ns),
             resolver: FrameResolver::default(),
             symbolizer: NativeSymbolizer::default(),
-            not_python_probes: Default::default(),
+            pending_since: Default::default(),
+            found_no_python: Default::default(),
             started: Instant::now(),
             start_ns,
             sample_interval_bytes: common.sample_bytes,
@@ -220,6 +227,7 @@ impl Session {
                 _ = sleep_until(deadline) => self.stop_reason = Some(StopReason::Duration),
             }
             reader.drain(|record| self.handle(record));
+            self.probe_new_processes();
             if last_tick.elapsed() >= TICK {
                 last_tick = Instant::now();
                 self.tick();
@@ -239,7 +247,9 @@ impl Session {
 
     fn handle(&mut self, record: Record) {
         match record {
-            Record::Fork(fork) => self.on_fork(fork.header.tgid, fork.child_tgid, fork.header.ts_ns),
+            Record::Fork(fork) => {
+                self.on_fork(fork.header.tgid, fork.child_tgid, fork.header.ts_ns)
+            }
             Record::Exec(exec) => self.on_exec(exec.header.tgid, exec.header.ts_ns),
             Record::Exit(exit) => self.on_exit(exit.header.tgid, exit.header.ts_ns),
             Record::Memory(memory) => self.on_memory(&memory),
@@ -270,18 +280,32 @@ impl Session {
 
     fn on_exec(&mut self, tgid: u32, ts_ns: u64) {
         self.tree.exec(tgid);
-        self.not_python_probes.remove(&tgid);
+        self.pending_since.insert(tgid, Instant::now());
+        self.found_no_python.remove(&tgid);
         self.resolver.forget(tgid);
         self.symbolizer.forget(tgid);
         self.aggregator
             .process_exec(tgid, ts_ns, command_line(tgid));
+        // The new program's first RSS reading: its start.
+        self.sample_counters_of(tgid, ts_ns);
+    }
+
+    /// Feeds one process's kernel counters to the aggregator now.
+    fn sample_counters_of(&mut self, tgid: u32, ts_ns: u64) {
+        if let Ok(Some(counters)) = self.tracer.counters_of(tgid) {
+            self.aggregator.counters(tgid, ts_ns, &counters);
+        }
     }
 
     fn on_exit(&mut self, tgid: u32, ts_ns: u64) {
-        if let Ok(all) = self.tracer.counters() {
-            if let Some((_, counters)) = all.iter().find(|(t, _)| *t == tgid) {
-                self.aggregator.counters(tgid, ts_ns, counters);
-            }
+        self.sample_counters_of(tgid, ts_ns);
+        if self.found_no_python.contains(&tgid)
+            && self
+                .tree
+                .get(tgid)
+                .is_some_and(|p| p.python == PythonState::Pending)
+        {
+            self.set_python_state(tgid, PythonState::NotPython);
         }
         self.aggregator.process_exited(tgid, ts_ns);
         self.tree.exit(tgid);
@@ -351,7 +375,24 @@ impl Session {
         }
     }
 
-    /// Periodic work: counters into the timeline, probes of new processes.
+    /// Probes processes that appeared or exec'd within the eager window.
+    fn probe_new_processes(&mut self) {
+        for tgid in self.tree.pending_python() {
+            if self.since_pending(tgid) < EAGER_PROBE_WINDOW {
+                self.probe_python(tgid);
+            }
+        }
+    }
+
+    fn since_pending(&mut self, tgid: u32) -> Duration {
+        self.pending_since
+            .entry(tgid)
+            .or_insert_with(Instant::now)
+            .elapsed()
+    }
+
+    /// Periodic work: counters into the timeline, probes of processes still
+    /// pending after the eager window.
     fn tick(&mut self) {
         let now_ns = monotonic_ns();
         if let Ok(all) = self.tracer.counters() {
@@ -377,9 +418,8 @@ impl Session {
                 self.set_python_state(tgid, PythonState::Python(process.version.to_string()));
             }
             Ok(Probe::NotPython) => {
-                let probes = self.not_python_probes.entry(tgid).or_default();
-                *probes += 1;
-                if *probes >= NOT_PYTHON_AFTER_PROBES {
+                self.found_no_python.insert(tgid);
+                if self.since_pending(tgid) >= EAGER_PROBE_WINDOW {
                     self.set_python_state(tgid, PythonState::NotPython);
                 }
             }
@@ -403,6 +443,8 @@ impl Session {
             },
             PythonState::Pending => return,
         };
+        self.pending_since.remove(&tgid);
+        self.found_no_python.remove(&tgid);
         self.aggregator.python_status(tgid, status);
         self.tree.set_python(tgid, state);
     }

@@ -69,7 +69,10 @@ fn main() -> Result<()> {
         Task::Setup => Ok(()),
         Task::Build => build().map(|_| ()),
         Task::Run { args } => run_memtrace(&build()?, &args),
-        Task::Demo { seconds, output_dir } => demo(seconds, &output_dir),
+        Task::Demo {
+            seconds,
+            output_dir,
+        } => demo(seconds, &output_dir),
         Task::Test { args } => test(&args),
         Task::Bench { runs } => bench::run(&bench::BenchArgs {
             runs,
@@ -111,7 +114,9 @@ fn run_memtrace(bin: &Path, args: &[String]) -> Result<()> {
 /// The interpreter the demo and benchmark use: pyenv's 3.11.7 if present,
 /// else Debian's python3.11, else `python3` on PATH.
 fn python_for_examples() -> Result<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let candidates = [
         home.join(".pyenv/versions/3.11.7/bin/python3.11"),
         PathBuf::from("/usr/bin/python3.11"),
@@ -154,7 +159,9 @@ fn demo(seconds: u32, output_dir: &Path) -> Result<()> {
 
 fn test(args: &[String]) -> Result<()> {
     if !nix_is_root() {
-        println!("note: not root: integration tests that load eBPF programs will print why they skip");
+        println!(
+            "note: not root: integration tests that load eBPF programs will print why they skip"
+        );
     }
     // Build first so the test run itself is not timed against compilation.
     check(Command::new("cargo").args(["build", "--workspace", "--tests"]))?;

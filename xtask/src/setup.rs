@@ -41,7 +41,9 @@ fn ensure_rust_src() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["component", "list", "--installed", "--toolchain", "nightly"])
         .output()
-        .context("cannot run rustup: memtrace's eBPF build needs rustup with a nightly toolchain")?;
+        .context(
+            "cannot run rustup: memtrace's eBPF build needs rustup with a nightly toolchain",
+        )?;
     if String::from_utf8_lossy(&installed.stdout)
         .lines()
         .any(|l| l.starts_with("rust-src"))
@@ -66,7 +68,10 @@ fn ensure_bpf_linker() -> Result<()> {
     let llvm_dir = home()?.join(".cache/memtrace/llvm-23");
     let prefix = llvm_dir.join("mlc_llvm_static/static");
     if !prefix.join("lib").is_dir() {
-        println!("setup: fetching LLVM 23 static libraries from PyPI into `{}`", llvm_dir.display());
+        println!(
+            "setup: fetching LLVM 23 static libraries from PyPI into `{}`",
+            llvm_dir.display()
+        );
         check(
             Command::new(python()?)
                 .args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
@@ -78,8 +83,16 @@ fn ensure_bpf_linker() -> Result<()> {
     let lib = prefix.join("lib");
     check(
         Command::new("cargo")
-            .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--locked"])
-            .args(["--no-default-features", "--features", "llvm-23,llvm-link-static"])
+            .args([
+                "install",
+                &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+                "--locked",
+            ])
+            .args([
+                "--no-default-features",
+                "--features",
+                "llvm-23,llvm-link-static",
+            ])
             .env("LLVM_PREFIX", &prefix)
             .env("ZLIB_PATH", &lib)
             .env("LIBZSTD_PATH", &lib)

@@ -16,9 +16,12 @@ use crate::{
 };
 
 /// `rss_stat` fields (offsets from /sys/kernel/tracing/events/kmem/rss_stat/format
-/// on 6.18): `unsigned int curr` @12 (1 when the mm is the current task's),
+/// on 6.18): `unsigned int mm_id` @8 (hash of the mm's address),
+/// `unsigned int curr` @12 (1 when the mm is the current task's),
 /// `int member` @16 (`MM_*`), `long size` @24 (the member's size in bytes).
 const CURR_OFFSET: usize = 12;
+/// See [`CURR_OFFSET`].
+const MM_ID_OFFSET: usize = 8;
 /// See [`CURR_OFFSET`].
 const MEMBER_OFFSET: usize = 16;
 /// See [`CURR_OFFSET`].
@@ -45,6 +48,10 @@ fn try_rss_stat(ctx: &TracePointContext) -> Result<(), ()> {
         return Ok(());
     };
     // SAFETY: as above.
+    let mm_id: u32 = unsafe { ctx.read_at(MM_ID_OFFSET) }.map_err(|_| ())?;
+    // SAFETY: live map value of a traced process.
+    unsafe { adopt_mm(counters, mm_id) };
+    // SAFETY: as above.
     let member: i32 = unsafe { ctx.read_at(MEMBER_OFFSET) }.map_err(|_| ())?;
     // SAFETY: as above.
     let size: i64 = unsafe { ctx.read_at(SIZE_OFFSET) }.map_err(|_| ())?;
@@ -64,6 +71,29 @@ fn try_rss_stat(ctx: &TracePointContext) -> Result<(), ()> {
         unsafe { account_anon(tgid, tid, counters, delta) };
     }
     Ok(())
+}
+
+/// Makes `mm_id` the address space the counters follow. A first id (after
+/// attach or fork) is adopted as is; a new one means execve installed a fresh
+/// address space, whose counters start at zero: the old image's RSS and
+/// high-water mark are dropped. Only the exec'ing thread is left by then, so
+/// plain writes do not race.
+///
+/// # Safety
+/// `counters` is a live `PROCESSES` value.
+#[inline(always)]
+unsafe fn adopt_mm(counters: *mut ProcessCounters, mm_id: u32) {
+    // SAFETY: see the function's contract.
+    let value = unsafe { &mut *counters };
+    if value.mm_id == mm_id {
+        return;
+    }
+    if value.mm_id != 0 {
+        value.rss_bytes = [0; RSS_MEMBER_COUNT];
+        value.rss_known = (1 << RSS_MEMBER_COUNT) - 1;
+        value.rss_peak_bytes = 0;
+    }
+    value.mm_id = mm_id;
 }
 
 /// Stores `size_bytes` as member `member`'s RSS and returns the change
@@ -120,7 +150,12 @@ unsafe fn update_peak(counters: *mut ProcessCounters) {
 unsafe fn account_anon(tgid: u32, tid: u32, counters: *mut ProcessCounters, delta: i64) {
     if delta < 0 {
         // SAFETY: see the function's contract.
-        unsafe { add(&raw mut (*counters).anon_release_bytes, delta.unsigned_abs()) };
+        unsafe {
+            add(
+                &raw mut (*counters).anon_release_bytes,
+                delta.unsigned_abs(),
+            )
+        };
         return;
     }
     if delta == 0 {

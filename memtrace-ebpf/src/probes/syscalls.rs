@@ -61,13 +61,22 @@ fn enter(ctx: &TracePointContext, syscall: Syscall, arg_count: usize) -> Result<
     PENDING_SYSCALLS.insert(tid, pending, 0).map_err(|_| ())
 }
 
-/// The pending arguments of `syscall`, the return value and the counters of
-/// the current thread's process, removing the pending entry.
+/// A traced syscall that returned.
+struct Completed {
+    /// The caller's process.
+    tgid: u32,
+    /// Arguments kept at `sys_enter_*`.
+    args: [u64; 4],
+    /// The return value (`-errno` on failure).
+    ret: u64,
+    /// The caller's live `PROCESSES` value.
+    counters: *mut ProcessCounters,
+}
+
+/// The completed `syscall` of the current thread, removing its pending
+/// entry; `None` when it was not traced.
 #[inline(always)]
-fn exit(
-    ctx: &TracePointContext,
-    syscall: Syscall,
-) -> Result<Option<(u32, [u64; 4], u64, *mut ProcessCounters)>, ()> {
+fn exit(ctx: &TracePointContext, syscall: Syscall) -> Result<Option<Completed>, ()> {
     let (tgid, tid) = current_ids();
     // SAFETY: the value is copied out before it is removed.
     let Some(pending) = (unsafe { PENDING_SYSCALLS.get(tid) }).copied() else {
@@ -84,7 +93,12 @@ fn exit(
     let ret: u64 = unsafe { ctx.read_at(RET_OFFSET) }.map_err(|_| ())?;
     // SAFETY: live map value of a traced process.
     unsafe { add(&raw mut (*counters).syscalls, 1) };
-    Ok(Some((tgid, pending.args, ret, counters)))
+    Ok(Some(Completed {
+        tgid,
+        args: pending.args,
+        ret,
+        counters,
+    }))
 }
 
 /// True when a syscall returning an address or 0 failed (`-errno`).
@@ -128,9 +142,9 @@ macro_rules! exit_program {
         }
 
         fn $try_name(ctx: &TracePointContext) -> Result<(), ()> {
-            if let Some((tgid, args, ret, counters)) = exit(ctx, $syscall)? {
+            if let Some(call) = exit(ctx, $syscall)? {
                 // SAFETY: `counters` is the live map value of `tgid`.
-                unsafe { $handler(tgid, &args, ret, counters) };
+                unsafe { $handler(call.tgid, &call.args, call.ret, call.counters) };
             }
             Ok(())
         }
@@ -140,13 +154,33 @@ macro_rules! exit_program {
 enter_program!(sys_enter_mmap, try_sys_enter_mmap, Syscall::Mmap, 4);
 exit_program!(sys_exit_mmap, try_sys_exit_mmap, Syscall::Mmap, on_mmap);
 enter_program!(sys_enter_munmap, try_sys_enter_munmap, Syscall::Munmap, 2);
-exit_program!(sys_exit_munmap, try_sys_exit_munmap, Syscall::Munmap, on_munmap);
+exit_program!(
+    sys_exit_munmap,
+    try_sys_exit_munmap,
+    Syscall::Munmap,
+    on_munmap
+);
 enter_program!(sys_enter_mremap, try_sys_enter_mremap, Syscall::Mremap, 4);
-exit_program!(sys_exit_mremap, try_sys_exit_mremap, Syscall::Mremap, on_mremap);
+exit_program!(
+    sys_exit_mremap,
+    try_sys_exit_mremap,
+    Syscall::Mremap,
+    on_mremap
+);
 enter_program!(sys_enter_brk, try_sys_enter_brk, Syscall::Brk, 1);
 exit_program!(sys_exit_brk, try_sys_exit_brk, Syscall::Brk, on_brk);
-enter_program!(sys_enter_madvise, try_sys_enter_madvise, Syscall::Madvise, 3);
-exit_program!(sys_exit_madvise, try_sys_exit_madvise, Syscall::Madvise, on_madvise);
+enter_program!(
+    sys_enter_madvise,
+    try_sys_enter_madvise,
+    Syscall::Madvise,
+    3
+);
+exit_program!(
+    sys_exit_madvise,
+    try_sys_exit_madvise,
+    Syscall::Madvise,
+    on_madvise
+);
 
 /// `mmap(addr, len, prot, flags, ..)` returned the mapping's start.
 ///
@@ -203,7 +237,12 @@ unsafe fn on_mremap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Process
         (MemoryEvent::MremapGrow, ret, new_len - old_len, field)
     } else if new_len < old_len {
         let field = unsafe { &raw mut (*counters).mremap_shrink_bytes };
-        (MemoryEvent::MremapShrink, ret + new_len, old_len - new_len, field)
+        (
+            MemoryEvent::MremapShrink,
+            ret + new_len,
+            old_len - new_len,
+            field,
+        )
     } else {
         return;
     };

@@ -307,11 +307,17 @@ impl Aggregator {
         self.count_live_start();
     }
 
-    /// A process called execve: its command line changes. Its Python status
-    /// stays until the caller reports a new one with
+    /// A process called execve: its command line changes, and its RSS start,
+    /// high-water mark and timeline restart (a new address space). Its Python
+    /// status stays until the caller reports a new one with
     /// [`Aggregator::python_status`].
     pub fn process_exec(&mut self, tgid: u32, ts_ns: u64, cmdline: String) {
-        self.process_mut(tgid, ts_ns).cmdline = cmdline;
+        let state = self.process_mut(tgid, ts_ns);
+        state.cmdline = cmdline;
+        // A new program in a new address space: its RSS story starts here.
+        state.first_rss = None;
+        state.peak_rss_bytes = 0;
+        state.timeline = Timeline::default();
     }
 
     /// A process exited. Counters read after this still update its numbers,

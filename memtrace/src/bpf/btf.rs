@@ -34,14 +34,14 @@ pub fn task_offsets(path: &Path) -> Result<TaskOffsets, BpfError> {
     let task = find_struct(&btf, path, "task_struct")?;
     let thread_bits = member_bit_offset(&btf, &task, "thread")
         .ok_or_else(|| field_error("task_struct", "thread"))?;
-    let thread = member_struct(&btf, &task, "thread")
-        .ok_or_else(|| field_error("task_struct", "thread"))?;
+    let thread =
+        member_struct(&btf, &task, "thread").ok_or_else(|| field_error("task_struct", "thread"))?;
     let fsbase_bits = member_bit_offset(&btf, &thread, "fsbase")
         .ok_or_else(|| field_error("thread_struct", "fsbase"))?;
-    let tgid_bits = member_bit_offset(&btf, &task, "tgid")
-        .ok_or_else(|| field_error("task_struct", "tgid"))?;
-    let pid_bits = member_bit_offset(&btf, &task, "pid")
-        .ok_or_else(|| field_error("task_struct", "pid"))?;
+    let tgid_bits =
+        member_bit_offset(&btf, &task, "tgid").ok_or_else(|| field_error("task_struct", "tgid"))?;
+    let pid_bits =
+        member_bit_offset(&btf, &task, "pid").ok_or_else(|| field_error("task_struct", "pid"))?;
     Ok(TaskOffsets {
         fsbase: u64::from(thread_bits + fsbase_bits) / 8,
         tgid: u64::from(tgid_bits) / 8,
@@ -141,8 +141,15 @@ mod tests {
         }
         let offsets = task_offsets(path).expect("task_struct offsets");
         assert_ne!(offsets.tgid, offsets.pid);
-        assert_eq!(offsets.tgid, offsets.pid + 4, "pid_t pid; pid_t tgid; are adjacent");
-        assert!(offsets.fsbase > 1000 && offsets.fsbase < 20_000, "{offsets:?}");
+        assert_eq!(
+            offsets.tgid,
+            offsets.pid + 4,
+            "pid_t pid; pid_t tgid; are adjacent"
+        );
+        assert!(
+            offsets.fsbase > 1000 && offsets.fsbase < 20_000,
+            "{offsets:?}"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Live check of the whole kernel side (ignored by default: needs root, a
-//! BTF kernel and pyenv's CPython 3.11): loads and attaches the programs,
-//! traces a real interpreter that grows by 100 MiB in a named function and
+//! BTF kernel and pyenv's CPython 3.11/3.12/3.13): loads and attaches the
+//! programs, traces each real interpreter that grows by 100 MiB in a named function and
 //! forks a child that grows by 20 MiB, and checks counters, sampled records
 //! and their Python stacks. Run: `cargo test -p memtrace bpf::live_tests --
 //! --ignored --nocapture` as root.
@@ -14,14 +14,14 @@ use std::{
 };
 
 use memtrace_common::{
-    ForkRecord, MemoryEvent, MemoryRecord, ProcessCounters, RecordHeader, RecordKind,
-    MM_ANONPAGES,
+    ForkRecord, MemoryEvent, MemoryRecord, ProcessCounters, RecordHeader, RecordKind, MM_ANONPAGES,
 };
 
 use super::{Tracer, TracerOptions};
 use crate::python::{probe, FrameResolver, Probe};
 
-/// Grows by 100 MiB (touched bytes) in `grow_memory`, then forks a child
+/// Grows by 100 MiB (touched bytes) in `grow_memory` and by 10 MiB of
+/// malloc heap (brk) in `grow_heap`, then forks a child
 /// that grows by 20 MiB in `child_grow`; waits for a line on stdin before
 /// each step so the test can register the process and drain records.
 const SCRIPT: &str = r#"
@@ -32,9 +32,12 @@ def outer():
     return grow_memory()
 def child_grow():
     return b"\x02" * (20 << 20)
+def grow_heap():
+    return [bytearray(b"\x03" * 65536) for _ in range(160)]
 print("ready", flush=True)
 sys.stdin.readline()
 kept = outer()
+heap = grow_heap()
 pid = os.fork()
 if pid == 0:
     child_grow()
@@ -46,9 +49,16 @@ sys.stdin.readline()
 
 const MIB: u64 = 1 << 20;
 
-fn python311() -> Option<PathBuf> {
+/// pyenv interpreters to trace: (version directory, executable).
+const INTERPRETERS: [(&str, &str); 3] = [
+    ("3.11.7", "python3.11"),
+    ("3.12.1", "python3.12"),
+    ("3.13.0", "python3.13"),
+];
+
+fn pyenv_python(version: &str, executable: &str) -> Option<PathBuf> {
     let home = std::env::var_os("HOME")?;
-    let path = PathBuf::from(home).join(".pyenv/versions/3.11.7/bin/python3.11");
+    let path = PathBuf::from(home).join(format!(".pyenv/versions/{version}/bin/{executable}"));
     path.exists().then_some(path)
 }
 
@@ -77,7 +87,9 @@ impl Interpreter {
 
     fn expect_line(&mut self, want: &str) {
         let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("read python stdout");
+        self.stdout
+            .read_line(&mut line)
+            .expect("read python stdout");
         assert_eq!(line.trim(), want);
     }
 
@@ -99,12 +111,15 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, drained: &mut Draine
         let bytes: &[u8] = &item;
         assert!(bytes.len() >= size_of::<RecordHeader>());
         // SAFETY: length checked; RecordHeader is plain integers.
-        let header: RecordHeader = unsafe { bytes.as_ptr().cast::<RecordHeader>().read_unaligned() };
+        let header: RecordHeader =
+            unsafe { bytes.as_ptr().cast::<RecordHeader>().read_unaligned() };
         match RecordKind::try_from(header.kind) {
             Ok(RecordKind::Fork) => {
                 assert_eq!(bytes.len(), size_of::<ForkRecord>());
                 // SAFETY: length checked; plain integers.
-                drained.forks.push(unsafe { bytes.as_ptr().cast::<ForkRecord>().read_unaligned() });
+                drained
+                    .forks
+                    .push(unsafe { bytes.as_ptr().cast::<ForkRecord>().read_unaligned() });
             }
             Ok(RecordKind::Exit) => drained.exits.push(header.tgid),
             Ok(RecordKind::Memory) => {
@@ -132,12 +147,17 @@ fn wait_for_python(tgid: u32) -> crate::python::PythonProcess {
 }
 
 #[test]
-#[ignore = "needs root, a BTF kernel and ~/.pyenv/versions/3.11.7; run with --ignored"]
+#[ignore = "needs root, a BTF kernel and pyenv CPython 3.11-3.13; run with --ignored"]
 fn traces_python_growth_with_stacks() {
-    let Some(python) = python311() else {
-        eprintln!("skipping: ~/.pyenv/versions/3.11.7 is absent");
-        return;
-    };
+    for (version, executable) in INTERPRETERS {
+        match pyenv_python(version, executable) {
+            Some(python) => trace_one(&python),
+            None => eprintln!("skipping: ~/.pyenv/versions/{version} is absent"),
+        }
+    }
+}
+
+fn trace_one(python: &PathBuf) {
     let options = TracerOptions {
         sample_interval_bytes: 512 << 10,
         follow_forks: true,
@@ -153,12 +173,17 @@ fn traces_python_growth_with_stacks() {
     tracer.attach().expect("attach");
     let mut ring = tracer.take_records().expect("ring buffer");
 
-    let mut interpreter = Interpreter::spawn(&python);
+    let mut interpreter = Interpreter::spawn(python);
     interpreter.expect_line("ready");
     let tgid = interpreter.child.id();
     let process = wait_for_python(tgid);
-    println!("python {} tss_key {} offsets {:?}", process.version, process.info.tss_key, process.info.offsets);
-    tracer.trace_process(tgid, ProcessCounters::default()).expect("trace");
+    println!(
+        "python {} tss_key {} offsets {:?}",
+        process.version, process.info.tss_key, process.info.offsets
+    );
+    tracer
+        .trace_process(tgid, ProcessCounters::default())
+        .expect("trace");
     tracer.set_python(tgid, process.info).expect("set python");
     let mut resolver = FrameResolver::new();
     resolver.register(tgid, &process);
@@ -168,29 +193,48 @@ fn traces_python_growth_with_stacks() {
     interpreter.expect_line("done");
     drain(&mut ring, &mut drained);
 
-    let counters: BTreeMap<u32, ProcessCounters> = tracer.counters().expect("counters").into_iter().collect();
+    let counters: BTreeMap<u32, ProcessCounters> =
+        tracer.counters().expect("counters").into_iter().collect();
     let parent = counters[&tgid];
     println!("parent counters: {parent:?}");
     assert_eq!(drained.forks.len(), 1, "one fork record");
     let child_tgid = drained.forks[0].child_tgid;
-    let child = counters.get(&child_tgid).copied().expect("child traced in the kernel");
+    let child = counters
+        .get(&child_tgid)
+        .copied()
+        .expect("child traced in the kernel");
     println!("child {child_tgid} counters: {child:?}");
     assert_eq!(child.parent_tgid, tgid);
     assert!(drained.exits.contains(&child_tgid), "child exit record");
-    assert!(parent.anon_growth_bytes >= 100 * MIB, "{}", parent.anon_growth_bytes);
-    assert!(child.anon_growth_bytes >= 20 * MIB, "{}", child.anon_growth_bytes);
+    assert!(
+        parent.anon_growth_bytes >= 100 * MIB,
+        "{}",
+        parent.anon_growth_bytes
+    );
+    assert!(
+        child.anon_growth_bytes >= 20 * MIB,
+        "{}",
+        child.anon_growth_bytes
+    );
     assert!(parent.rss_known & (1 << MM_ANONPAGES) != 0);
     assert!(parent.page_faults >= 25_600);
-    assert!(parent.mmap_bytes >= 100 * MIB, "the 100 MiB bytes object is mmapped");
+    assert!(
+        parent.mmap_bytes >= 100 * MIB,
+        "the 100 MiB bytes object is mmapped"
+    );
 
     let mut by_event: BTreeMap<(u32, u32), (usize, u64)> = BTreeMap::new();
     let mut statuses: BTreeMap<(u32, u32), usize> = BTreeMap::new();
     let mut grow_memory_weight = 0u64;
     for record in &drained.memory {
-        let entry = by_event.entry((record.header.tgid, record.event)).or_default();
+        let entry = by_event
+            .entry((record.header.tgid, record.event))
+            .or_default();
         entry.0 += 1;
         entry.1 += record.weight_bytes;
-        *statuses.entry((record.frame_count, record.stack_status)).or_default() += 1;
+        *statuses
+            .entry((record.frame_count, record.stack_status))
+            .or_default() += 1;
         let names: Vec<String> = record.frames[..record.frame_count as usize]
             .iter()
             .filter_map(|frame| resolver.resolve(record.header.tgid, frame).ok())
@@ -198,7 +242,9 @@ fn traces_python_growth_with_stacks() {
             .collect();
         if record.header.tgid == tgid
             && record.event == MemoryEvent::AnonGrowth as u32
-            && names.first().is_some_and(|name| name.starts_with("grow_memory:"))
+            && names
+                .first()
+                .is_some_and(|name| name.starts_with("grow_memory:"))
         {
             grow_memory_weight += record.weight_bytes;
         }
@@ -211,8 +257,14 @@ fn traces_python_growth_with_stacks() {
         );
     }
     println!("(frame_count, stack_status) -> records: {statuses:?}");
-    println!("AnonGrowth weight under grow_memory: {:.1} MiB", grow_memory_weight as f64 / MIB as f64);
-    println!("dropped records: {}", tracer.dropped_records().expect("dropped"));
+    println!(
+        "AnonGrowth weight under grow_memory: {:.1} MiB",
+        grow_memory_weight as f64 / MIB as f64
+    );
+    println!(
+        "dropped records: {}",
+        tracer.dropped_records().expect("dropped")
+    );
     let anon_weight = by_event[&(tgid, MemoryEvent::AnonGrowth as u32)].1;
     assert!(
         anon_weight > 80 * MIB && anon_weight < 140 * MIB,

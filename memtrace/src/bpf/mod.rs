@@ -5,9 +5,9 @@
 //! buffer that `events` drains.
 
 mod btf;
-mod preflight;
 #[cfg(test)]
 mod live_tests;
+mod preflight;
 
 use std::path::{Path, PathBuf};
 
@@ -229,7 +229,11 @@ impl Tracer {
         let follow_forks = u32::from(opts.follow_forks);
         let mut ebpf = EbpfLoader::new()
             .override_global(globals::SAMPLE_INTERVAL_BYTES, &sample_interval_bytes, true)
-            .override_global(globals::WAKEUP_THRESHOLD_BYTES, &opts.wakeup_threshold_bytes, true)
+            .override_global(
+                globals::WAKEUP_THRESHOLD_BYTES,
+                &opts.wakeup_threshold_bytes,
+                true,
+            )
             .override_global(globals::FOLLOW_FORKS, &follow_forks, true)
             .override_global(globals::TASK_FSBASE_OFFSET, &offsets.fsbase, true)
             .override_global(globals::TASK_TGID_OFFSET, &offsets.tgid, true)
@@ -310,15 +314,38 @@ impl Tracer {
     /// # Errors
     /// [`BpfError::Map`].
     pub fn counters(&self) -> Result<Vec<(u32, ProcessCounters)>, BpfError> {
-        let map = self.ebpf.map(PROCESSES_MAP).ok_or(BpfError::MapMissing {
-            map: PROCESSES_MAP,
-        })?;
+        let map = self
+            .ebpf
+            .map(PROCESSES_MAP)
+            .ok_or(BpfError::MapMissing { map: PROCESSES_MAP })?;
         let processes: HashMap<&MapData, u32, ProcessCounters> = HashMap::try_from(map)
             .map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))?;
         processes
             .iter()
             .collect::<Result<Vec<_>, _>>()
             .map_err(|source| map_error(PROCESSES_MAP, "iterate".into(), source))
+    }
+
+    /// The counters of one traced process, `None` if it is not in the map.
+    ///
+    /// # Errors
+    /// [`BpfError`] when the map cannot be opened or read.
+    pub fn counters_of(&self, tgid: u32) -> Result<Option<ProcessCounters>, BpfError> {
+        let map = self
+            .ebpf
+            .map(PROCESSES_MAP)
+            .ok_or(BpfError::MapMissing { map: PROCESSES_MAP })?;
+        let processes: HashMap<&MapData, u32, ProcessCounters> = HashMap::try_from(map)
+            .map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))?;
+        match processes.get(&tgid, 0) {
+            Ok(counters) => Ok(Some(counters)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(source) => Err(map_error(
+                PROCESSES_MAP,
+                format!("read tgid {tgid}"),
+                source,
+            )),
+        }
     }
 
     /// Sets the RSS members of `tgid` whose `rss_known` bit is still clear
@@ -354,19 +381,12 @@ impl Tracer {
     /// # Errors
     /// [`BpfError::Map`].
     pub fn forget_process(&mut self, tgid: u32) -> Result<(), BpfError> {
-        for name in [PROCESSES_MAP, PY_PROCESSES_MAP] {
-            let map = map_mut(&mut self.ebpf, name)?;
-            let mut keys: HashMap<&mut MapData, u32, [u8; 0]> = HashMap::try_from(map)
-                .map_err(|source| map_error(name, "open".into(), source))?;
-            match keys.remove(&tgid) {
-                Err(aya::maps::MapError::SyscallError(err))
-                    if err.io_error.raw_os_error() == Some(ENOENT) => {}
-                other => {
-                    other.map_err(|source| map_error(name, format!("remove tgid {tgid}"), source))?
-                }
-            }
-        }
-        Ok(())
+        let removed = self.processes_mut()?.remove(&tgid);
+        ignore_absent(removed, PROCESSES_MAP, tgid)?;
+        let map = map_mut(&mut self.ebpf, PY_PROCESSES_MAP)?;
+        let mut py: HashMap<&mut MapData, u32, PyProcessInfo> = HashMap::try_from(map)
+            .map_err(|source| map_error(PY_PROCESSES_MAP, "open".into(), source))?;
+        ignore_absent(py.remove(&tgid), PY_PROCESSES_MAP, tgid)
     }
 
     /// Records the kernel could not put in the ring buffer (it was full),
@@ -375,7 +395,10 @@ impl Tracer {
     /// # Errors
     /// [`BpfError::Map`].
     pub fn dropped_records(&self) -> Result<u64, BpfError> {
-        let map = self.ebpf.map(DROPPED_MAP).ok_or(BpfError::MapMissing { map: DROPPED_MAP })?;
+        let map = self
+            .ebpf
+            .map(DROPPED_MAP)
+            .ok_or(BpfError::MapMissing { map: DROPPED_MAP })?;
         let dropped: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)
             .map_err(|source| map_error(DROPPED_MAP, "open".into(), source))?;
         let per_cpu = dropped
@@ -397,9 +420,7 @@ impl Tracer {
         RingBuf::try_from(map).map_err(|source| map_error(RECORDS_MAP, "open".into(), source))
     }
 
-    fn processes_mut(
-        &mut self,
-    ) -> Result<HashMap<&mut MapData, u32, ProcessCounters>, BpfError> {
+    fn processes_mut(&mut self) -> Result<HashMap<&mut MapData, u32, ProcessCounters>, BpfError> {
         let map = map_mut(&mut self.ebpf, PROCESSES_MAP)?;
         HashMap::try_from(map).map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))
     }
@@ -420,6 +441,22 @@ fn fill_rss(counters: &mut ProcessCounters, rss_bytes: [u64; RSS_MEMBER_COUNT]) 
     changed
 }
 
+/// The result of removing `tgid` from `map`, with "not there" as success.
+fn ignore_absent(
+    removed: Result<(), aya::maps::MapError>,
+    map: &'static str,
+    tgid: u32,
+) -> Result<(), BpfError> {
+    match removed {
+        Err(aya::maps::MapError::SyscallError(err))
+            if err.io_error.raw_os_error() == Some(ENOENT) =>
+        {
+            Ok(())
+        }
+        other => other.map_err(|source| map_error(map, format!("remove tgid {tgid}"), source)),
+    }
+}
+
 /// `PROCESSES[tgid]`, or `None` when absent.
 fn get_optional(
     processes: &HashMap<&mut MapData, u32, ProcessCounters>,
@@ -428,7 +465,11 @@ fn get_optional(
     match processes.get(&tgid, 0) {
         Ok(counters) => Ok(Some(counters)),
         Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-        Err(source) => Err(map_error(PROCESSES_MAP, format!("read tgid {tgid}"), source)),
+        Err(source) => Err(map_error(
+            PROCESSES_MAP,
+            format!("read tgid {tgid}"),
+            source,
+        )),
     }
 }
 
@@ -509,7 +550,10 @@ mod tests {
         }
         let object = aya_obj_names(EBPF_OBJECT);
         for (program, _, _) in TRACEPOINTS {
-            assert!(object.iter().any(|name| name == program), "{program} missing");
+            assert!(
+                object.iter().any(|name| name == program),
+                "{program} missing"
+            );
         }
         assert!(object.iter().any(|name| name == FORK_PROGRAM));
     }

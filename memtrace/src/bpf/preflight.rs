@@ -108,7 +108,10 @@ mod tests {
         assert!(err.to_string().contains("CAP_BPF and CAP_PERFMON"), "{err}");
         let err = check_capabilities(STATUS_BPF_ONLY).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("CAP_PERFMON") && !text.contains("CAP_BPF and"), "{text}");
+        assert!(
+            text.contains("CAP_PERFMON") && !text.contains("CAP_BPF and"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -117,7 +117,9 @@ impl HeldChild {
         self.go.write_all(&[1]).map_err(spawn_err)?;
         match self.spawner.join() {
             Ok(result) => result.map_err(spawn_err),
-            Err(_) => Err(spawn_err(std::io::Error::other("the spawning thread panicked"))),
+            Err(_) => Err(spawn_err(std::io::Error::other(
+                "the spawning thread panicked",
+            ))),
         }
     }
 }
@@ -149,6 +151,8 @@ mod tests {
         let argv: Vec<OsString> = vec!["/nonexistent/memtrace-test-program".into()];
         let held = spawn_held(&argv).unwrap();
         let err = held.release().unwrap_err();
-        assert!(err.to_string().contains("cannot run `/nonexistent/memtrace-test-program`"));
+        assert!(err
+            .to_string()
+            .contains("cannot run `/nonexistent/memtrace-test-program`"));
     }
 }

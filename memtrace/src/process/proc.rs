@@ -73,7 +73,9 @@ pub fn command_line(pid: u32) -> String {
 /// # Errors
 /// When the process is gone or /proc cannot be read.
 pub fn rss_bytes(pid: u32) -> Result<[u64; 4], ProcError> {
-    let status = open(pid)?.status().map_err(|source| classify(pid, source))?;
+    let status = open(pid)?
+        .status()
+        .map_err(|source| classify(pid, source))?;
     let kib = |v: Option<u64>| v.unwrap_or(0) * 1024;
     let mut rss = [0; 4];
     rss[MM_FILEPAGES] = kib(status.rssfile);
@@ -116,7 +118,12 @@ pub fn descendants(root: u32) -> Result<Vec<(u32, u32)>, ProcError> {
         .filter_map(Result::ok)
         .filter_map(|p| p.stat().ok())
         .filter(|stat| stat.state != 'Z')
-        .filter_map(|stat| Some((u32::try_from(stat.pid).ok()?, u32::try_from(stat.ppid).ok()?)))
+        .filter_map(|stat| {
+            Some((
+                u32::try_from(stat.pid).ok()?,
+                u32::try_from(stat.ppid).ok()?,
+            ))
+        })
         .collect();
     Ok(descendants_of(root, &pairs))
 }
