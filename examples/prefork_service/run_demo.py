@@ -15,7 +15,7 @@ traces the master and its forked workers as one process tree:
    when the load ran without errors.
 
 What memtrace should find: the workers that served ``/report`` grow by about
-200 KiB per ``/report`` request, all of it under ``render_report`` in
+900 KiB per ``/report`` request, all of it under ``render_report`` in
 ``app.py`` (the unbounded ``_REPORT_CACHE``); ``/items`` memory is transient;
 the master and the load generator stay flat.
 

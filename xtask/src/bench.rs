@@ -36,6 +36,13 @@ struct Workload {
     script: &'static str,
     /// Largest acceptable median traced/untraced phase-time ratio.
     goal_ratio: f64,
+    /// Arguments of the timed run.
+    args: &'static [&'static str],
+    /// Arguments of an untraced run of the same script before each timed
+    /// run, if any: growing and freeing ~1.4 GiB makes this VM's page
+    /// allocation times repeatable (toolchain.md), and doing it in its own
+    /// process keeps that transient growth out of the traced process.
+    settle_args: Option<&'static [&'static str]>,
     /// Whether to compare memtrace's top growth path with the true growth.
     check_growth: bool,
 }
@@ -46,12 +53,16 @@ const WORKLOADS: [Workload; 2] = [
         name: "alloc loop (5M dicts)",
         script: "tests/scripts/bench_alloc_loop.py",
         goal_ratio: 1.05,
+        args: &[],
+        settle_args: None,
         check_growth: false,
     },
     Workload {
         name: "growth (1 GiB)",
         script: "tests/scripts/bench_grow.py",
         goal_ratio: 1.3,
+        args: &["--mib", "1024", "--settle-mib", "0"],
+        settle_args: Some(&["--mib", "0", "--settle-mib", "1434", "--hold", "0"]),
         check_growth: true,
     },
 ];
@@ -165,6 +176,14 @@ fn bench_workload(args: &BenchArgs, workload: &Workload) -> Result<Row> {
 
 /// Runs a workload once, traced or not, and returns what it measured.
 fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -> Result<Sample> {
+    if let Some(settle_args) = workload.settle_args {
+        let mut settle = Command::new(&args.python);
+        settle.arg(workload.script).args(settle_args);
+        let output = settle
+            .output()
+            .with_context(|| format!("cannot start {settle:?}"))?;
+        check_output(&settle, &output)?;
+    }
     let output_dir = Path::new(SCRATCH_DIR).join(format!("{}-{run}", file_stem(workload.script)));
     let mut cmd = match config {
         Config::Untraced => Command::new(&args.python),
@@ -189,7 +208,7 @@ fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -
             cmd
         }
     };
-    cmd.arg(workload.script);
+    cmd.arg(workload.script).args(workload.args);
     let output = cmd
         .output()
         .with_context(|| format!("cannot start {cmd:?}"))?;

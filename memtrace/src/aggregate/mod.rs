@@ -4,21 +4,23 @@
 //! Pure data: nothing here touches BPF or /proc, so it is driven by synthetic
 //! inputs in tests (memray's aggregator tests are the model). Per process it
 //! keeps an RSS timeline and the latest exact counters; per (process, stack)
-//! it sums sampled bytes by kind of event. Stacks are interned ([`StackId`]).
+//! it sums sampled bytes by kind of event, and at the end merges those sums
+//! per stack across processes (a leak repeated in every worker of a pre-fork
+//! service). Stacks are interned ([`StackId`]).
 
 mod snapshot;
 mod stacks;
 mod timeline;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use memtrace_common::{MemoryEvent, ProcessCounters};
 use serde::{Deserialize, Serialize};
 
 pub use snapshot::{
-    ExactCounters, PathReport, ProcessReport, Report, RssSummary, RunMeta, SampledBytes, Totals,
-    Warning,
+    ExactCounters, PathReport, ProcessReport, Report, RssSummary, RunMeta, SampledBytes,
+    StackGrowthReport, Totals, Warning,
 };
 pub use stacks::StackId;
 pub use timeline::{RssPoint, MAX_TIMELINE_POINTS};
@@ -388,12 +390,14 @@ impl Aggregator {
         let paths = self.path_reports();
         let warnings = self.warnings(&meta, &processes);
         let totals = self.totals(&processes);
+        let growth_stacks = self.growth_stack_reports(totals.sampled.growth_bytes);
         Report {
             meta,
             totals,
             processes,
             stacks: self.stacks.to_vecs(),
             paths,
+            growth_stacks,
             warnings,
         }
     }
@@ -466,6 +470,38 @@ impl Aggregator {
                 .then_with(|| self.stacks.frames(a.stack).cmp(self.stacks.frames(b.stack)))
         });
         paths
+    }
+
+    /// Every stack with sampled growth, its bytes summed over processes and
+    /// its growth as a share of `all_growth_bytes`; sorted by growth
+    /// descending, ties by frames.
+    fn growth_stack_reports(&self, all_growth_bytes: u64) -> Vec<StackGrowthReport> {
+        let mut merged: HashMap<StackId, (SampledBytes, BTreeSet<u32>)> = HashMap::new();
+        for (&(tgid, stack), bytes) in &self.paths {
+            let (sum, tgids) = merged.entry(stack).or_default();
+            merge_sampled(sum, bytes);
+            if bytes.growth_bytes > 0 {
+                tgids.insert(tgid);
+            }
+        }
+        let mut stacks: Vec<StackGrowthReport> = merged
+            .into_iter()
+            .filter(|(_, (bytes, _))| bytes.growth_bytes > 0)
+            .map(|(stack, (bytes, tgids))| StackGrowthReport {
+                stack,
+                bytes,
+                growth_share: share(bytes.growth_bytes, all_growth_bytes),
+                tgids: tgids.into_iter().collect(),
+            })
+            .collect();
+        stacks.sort_by(|a, b| {
+            b.bytes
+                .growth_bytes
+                .cmp(&a.bytes.growth_bytes)
+                .then_with(|| self.stacks.frames(a.stack).cmp(self.stacks.frames(b.stack)))
+                .then(a.stack.cmp(&b.stack))
+        });
+        stacks
     }
 
     /// Caveats: lost records first, then per-process gaps, then stacks with
@@ -685,6 +721,77 @@ mod tests {
             order,
             vec![(3, &z[..]), (1, &a[..]), (1, &z[..]), (2, &a[..])]
         );
+    }
+
+    #[test]
+    fn growth_stacks_merge_one_stack_across_workers() {
+        let mut agg = Aggregator::new(0);
+        let leak = [py("handle", 10), py("append", 42), native("PyList_Append")];
+        let transient = [py("handle", 10), py("parse", 7), native("malloc")];
+        // The leak repeats in three workers (announced out of tgid order);
+        // the transient path is bigger than the leak in any one worker.
+        for tgid in [103, 101, 102] {
+            agg.memory(sample(tgid, MemoryEvent::AnonGrowth, 10 * MIB, &leak));
+        }
+        agg.memory(sample(101, MemoryEvent::AnonGrowth, 16 * MIB, &transient));
+        agg.memory(sample(102, MemoryEvent::CowFault, 4096, &leak));
+        // A process where the leak stack only unmapped: summed, not listed.
+        agg.memory(sample(104, MemoryEvent::Munmap, MIB, &leak));
+        let report = agg.finish(0, meta());
+        assert_eq!(report.paths[0].bytes.growth_bytes, 16 * MIB);
+        let merged = report.top_growth_stacks(10);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(report.frames(merged[0].stack), &leak);
+        assert_eq!(merged[0].tgids, vec![101, 102, 103]);
+        assert_eq!(
+            merged[0].bytes,
+            SampledBytes {
+                growth_bytes: 30 * MIB,
+                cow_bytes: 4096,
+                unmapped_bytes: MIB,
+                samples: 5,
+                ..SampledBytes::default()
+            }
+        );
+        assert_eq!(merged[0].growth_share, 30.0 / 46.0);
+        assert_eq!(report.frames(merged[1].stack), &transient);
+        assert_eq!(merged[1].tgids, vec![101]);
+        assert_eq!(merged[1].bytes.growth_bytes, 16 * MIB);
+        assert_eq!(merged[1].growth_share, 16.0 / 46.0);
+        let shares: f64 = report.growth_stacks.iter().map(|s| s.growth_share).sum();
+        assert!((shares - 1.0).abs() < 1e-12, "{shares}");
+    }
+
+    #[test]
+    fn growth_stacks_skip_stacks_without_growth_and_order_ties_by_frames() {
+        let mut agg = Aggregator::new(0);
+        let z = [py("z", 1)];
+        let a = [py("a", 1)];
+        let b = [py("b", 1)];
+        let cow_only = [py("cow", 1)];
+        agg.memory(sample(1, MemoryEvent::AnonGrowth, MIB, &z));
+        agg.memory(sample(2, MemoryEvent::AnonGrowth, MIB, &a));
+        agg.memory(sample(3, MemoryEvent::AnonGrowth, 3 * MIB, &b));
+        agg.memory(sample(1, MemoryEvent::CowFault, 8 * MIB, &cow_only));
+        let report = agg.finish(0, meta());
+        let order: Vec<(&[Frame], u64)> = report
+            .growth_stacks
+            .iter()
+            .map(|s| (report.frames(s.stack), s.bytes.growth_bytes))
+            .collect();
+        assert_eq!(order, vec![(&b[..], 3 * MIB), (&a[..], MIB), (&z[..], MIB)]);
+        assert_eq!(report.top_growth_stacks(1).len(), 1);
+        assert_eq!(report.top_growth_stacks(0).len(), 0);
+        assert_eq!(report.top_growth_stacks(99).len(), 3);
+    }
+
+    #[test]
+    fn growth_stacks_are_empty_without_sampled_growth() {
+        let mut agg = Aggregator::new(0);
+        agg.memory(sample(1, MemoryEvent::Mmap, MIB, &[py("f", 1)]));
+        let report = agg.finish(0, meta());
+        assert!(report.growth_stacks.is_empty());
+        assert!(report.top_growth_stacks(5).is_empty());
     }
 
     #[test]

@@ -160,6 +160,22 @@ pub struct PathReport {
     pub cow_share: f64,
 }
 
+/// One call stack's sampled bytes summed over every process it ran in: the
+/// merged view of a leak that a pre-fork service repeats in each worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StackGrowthReport {
+    /// The call stack: index into [`Report::stacks`].
+    pub stack: StackId,
+    /// Sampled byte totals of this stack, summed over all processes.
+    pub bytes: SampledBytes,
+    /// `bytes.growth_bytes` as a fraction (0..=1) of the sampled growth of
+    /// all traced processes (`Totals::sampled.growth_bytes`); 0 when there
+    /// is none.
+    pub growth_share: f64,
+    /// Processes in which this stack caused sampled growth, ascending.
+    pub tgids: Vec<u32>,
+}
+
 /// Run-wide totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
@@ -266,6 +282,11 @@ pub struct Report {
     /// Every (process, stack) pair with sampled bytes, sorted by growth
     /// descending, ties by tgid then frames.
     pub paths: Vec<PathReport>,
+    /// Every stack with sampled growth, merged over processes, sorted by
+    /// growth descending, ties by frames. Absent in reports written before
+    /// it existed (read back as empty).
+    #[serde(default)]
+    pub growth_stacks: Vec<StackGrowthReport>,
     /// Caveats, most important first.
     pub warnings: Vec<Warning>,
 }
@@ -290,6 +311,12 @@ impl Report {
             .iter()
             .filter(|p| p.bytes.growth_bytes > 0)
             .take(n)
+    }
+
+    /// The `n` stacks with the most sampled growth summed over processes,
+    /// largest first, ties by frames (a prefix of [`Report::growth_stacks`]).
+    pub fn top_growth_stacks(&self, n: usize) -> &[StackGrowthReport] {
+        &self.growth_stacks[..n.min(self.growth_stacks.len())]
     }
 
     /// The `n` paths with the most sampled copy-on-write bytes (> 0), largest

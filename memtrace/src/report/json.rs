@@ -35,4 +35,29 @@ mod tests {
         assert_eq!(value["stacks"][0][0]["kind"], "python");
         assert_eq!(value["stacks"][0][0]["function"], "<module>");
     }
+
+    #[test]
+    fn growth_stacks_are_written_merged_over_processes() {
+        let report = test_support::prefork_report();
+        let mut out = Vec::new();
+        render(&report, &mut out).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let leak = &value["growth_stacks"][0];
+        assert_eq!(leak["tgids"], serde_json::json!([101, 102, 103]));
+        assert_eq!(leak["bytes"]["growth_bytes"], 30 * test_support::MIB);
+        assert_eq!(leak["growth_share"], 30.0 / 46.0);
+        let frames = &value["stacks"][leak["stack"].as_u64().unwrap() as usize];
+        assert_eq!(frames[2]["function"], "append");
+        assert_eq!(value["growth_stacks"][1]["tgids"], serde_json::json!([101]));
+        let back: Report = serde_json::from_slice(&out).unwrap();
+        assert_eq!(back, report);
+    }
+
+    #[test]
+    fn reports_without_growth_stacks_still_read() {
+        let mut value = serde_json::to_value(test_support::report()).unwrap();
+        value.as_object_mut().unwrap().remove("growth_stacks");
+        let back: Report = serde_json::from_value(value).unwrap();
+        assert!(back.growth_stacks.is_empty());
+    }
 }

@@ -183,6 +183,57 @@ pub(crate) mod test_support {
         }
     }
 
+    /// A pre-fork service: a master (100) and three workers (101..=103).
+    /// The same leak (`append`) grows 10 MiB in each worker; a transient
+    /// `parse` grows 16 MiB in worker 101 only, so it outranks the leak per
+    /// process but not merged (30 MiB). 46 MiB of sampled growth in all.
+    pub(crate) fn prefork_report() -> Report {
+        let mut agg = Aggregator::new(1_000);
+        for (tgid, parent_tgid, role) in [
+            (100, None, Role::Root),
+            (101, Some(100), Role::Worker),
+            (102, Some(100), Role::Worker),
+            (103, Some(100), Role::Worker),
+        ] {
+            agg.process_started(ProcessStart {
+                tgid,
+                parent_tgid,
+                role,
+                cmdline: "gunicorn app:wsgi".to_owned(),
+                ts_ns: 1_000,
+            });
+        }
+        let leak = vec![
+            py("<module>", "server.py", 1),
+            py("handle", "app/views.py", 10),
+            py("append", "app/cache.py", 42),
+            native("PyList_Append"),
+        ];
+        let parse = vec![
+            py("<module>", "server.py", 1),
+            py("parse", "app/io.py", 7),
+            native("malloc"),
+        ];
+        for tgid in [101, 102, 103] {
+            agg.memory(sample(
+                tgid,
+                MemoryEvent::AnonGrowth,
+                10 * MIB,
+                leak.clone(),
+            ));
+        }
+        agg.memory(sample(101, MemoryEvent::AnonGrowth, 16 * MIB, parse));
+        agg.finish(
+            5_000,
+            RunMeta {
+                command: "gunicorn app:wsgi".to_owned(),
+                duration_ns: 4_000_000_000,
+                records: 4,
+                ..RunMeta::default()
+            },
+        )
+    }
+
     /// A master (100) that stays flat and a worker (101) that grows 48 MiB,
     /// 3/4 of it in `append` under `handle`, with one CoW path.
     pub(crate) fn report() -> Report {

@@ -1,22 +1,32 @@
 //! Terminal renderer of the report step: the summary a user reads when
-//! tracing stops. Processes by RSS growth, then the top growth paths and
-//! copy-on-write paths with their frames, then data-quality lines, warnings
-//! and where the files went.
+//! tracing stops. Processes by RSS growth, then the top growth paths merged
+//! across processes (a leak a pre-fork service repeats in every worker ranks
+//! by its total), a shorter per-process list, the copy-on-write paths, each
+//! with its frames, then data-quality lines, warnings and where the files
+//! went.
 
 use std::io::{self, Write};
 
 use super::{format_bytes, format_signed_bytes, process_label, WrittenFiles};
-use crate::aggregate::{Frame, PathReport, ProcessReport, PythonStatus, Report};
+use crate::aggregate::{Frame, PathReport, ProcessReport, PythonStatus, Report, StackGrowthReport};
 
 /// Most Python frames printed per path (innermost ones); the rest are counted.
 const MAX_FRAMES_SHOWN: usize = 12;
+
+/// Most (process, stack) paths in the per-process growth list; the merged
+/// list above it is the one `top` sizes.
+const MAX_PER_PROCESS_PATHS: usize = 5;
+
+/// Most tgids named per merged path; the rest are counted.
+const MAX_TGIDS_SHOWN: usize = 8;
 
 /// Nanoseconds per second, for durations shown in seconds.
 const NS_PER_S: f64 = 1e9;
 
 /// Writes the terminal summary of `report` to `out`: a header line, the
 /// process table (sorted by RSS growth), the run totals, the `top` growth
-/// paths and the `top` copy-on-write paths (each with its frames, innermost
+/// paths merged across processes, at most `min(top, 5)` growth paths per
+/// process and the `top` copy-on-write paths (each with its frames, innermost
 /// Python frame first and the native frame under them), the record counts,
 /// the warnings and the paths of `written`.
 ///
@@ -31,7 +41,8 @@ pub fn render(
     header(report, out)?;
     processes(report, out)?;
     totals(report, out)?;
-    growth_paths(report, top, out)?;
+    growth_stacks(report, top, out)?;
+    growth_paths(report, top.min(MAX_PER_PROCESS_PATHS), out)?;
     cow_paths(report, top, out)?;
     records(report, out)?;
     for warning in &report.warnings {
@@ -133,11 +144,66 @@ fn counted(count: u64, one: &str, many: &str) -> String {
     format!("{count} {}", if count == 1 { one } else { many })
 }
 
+fn growth_stacks(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Top growth paths across processes \
+         (sampled resident anonymous growth summed over processes; innermost frame first)"
+    )?;
+    let stacks = report.top_growth_stacks(top);
+    for (rank, stack) in stacks.iter().enumerate() {
+        stack_entry(report, rank + 1, stack, out)?;
+    }
+    if stacks.is_empty() {
+        writeln!(out, "  none: no growth was sampled with a stack")?;
+    }
+    Ok(())
+}
+
+/// One ranked merged path: bytes, share of all sampled growth, the processes
+/// it grew in, then its frames.
+fn stack_entry(
+    report: &Report,
+    rank: usize,
+    stack: &StackGrowthReport,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{rank:>3}. {:>10}  {:>5.1}% of all sampled growth  in {} ({})",
+        format_bytes(stack.bytes.growth_bytes),
+        stack.growth_share * 100.0,
+        counted(
+            u64::try_from(stack.tgids.len()).unwrap_or(u64::MAX),
+            "process",
+            "processes"
+        ),
+        tgid_list(&stack.tgids),
+    )?;
+    frame_lines(report.frames(stack.stack), out)
+}
+
+/// `tgid 1, 2, 3`, at most [`MAX_TGIDS_SHOWN`] named, then `… N more`.
+fn tgid_list(tgids: &[u32]) -> String {
+    let shown: Vec<String> = tgids
+        .iter()
+        .take(MAX_TGIDS_SHOWN)
+        .map(u32::to_string)
+        .collect();
+    let mut list = format!("tgid {}", shown.join(", "));
+    if tgids.len() > MAX_TGIDS_SHOWN {
+        list.push_str(&format!(", … {} more", tgids.len() - MAX_TGIDS_SHOWN));
+    }
+    list
+}
+
 fn growth_paths(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "Top growth paths (sampled resident anonymous growth; innermost frame first)"
+        "Top growth paths per process \
+         (sampled resident anonymous growth; innermost frame first)"
     )?;
     let mut any = false;
     for (rank, path) in report.top_growth_paths(top).enumerate() {
@@ -242,7 +308,10 @@ fn files(written: &WrittenFiles, out: &mut dyn Write) -> io::Result<()> {
 mod tests {
     use std::path::PathBuf;
 
+    use memtrace_common::MemoryEvent;
+
     use super::*;
+    use crate::aggregate::{Aggregator, MemorySample, RunMeta};
     use crate::report::test_support::{self, native, py};
 
     fn written() -> WrittenFiles {
@@ -281,6 +350,72 @@ mod tests {
         );
     }
 
+    /// The lines of the section whose title starts with `title`, up to the
+    /// next blank line.
+    fn section<'a>(text: &'a str, title: &str) -> &'a str {
+        let start = text
+            .find(&format!("\n{title}"))
+            .unwrap_or_else(|| panic!("no section {title:?} in:\n{text}"))
+            + 1;
+        let rest = &text[start..];
+        rest.find("\n\n").map_or(rest, |end| &rest[..=end])
+    }
+
+    const MERGED: &str = "Top growth paths across processes";
+    const PER_PROCESS: &str = "Top growth paths per process";
+
+    #[test]
+    fn merged_paths_come_first_and_rank_a_leak_by_its_total_over_workers() {
+        let text = render_text(&test_support::prefork_report(), 10);
+        let expected = "Top growth paths across processes \
+                        (sampled resident anonymous growth summed over processes; \
+                        innermost frame first)\n\
+                        \x20 1.   30.0 MiB   65.2% of all sampled growth  \
+                        in 3 processes (tgid 101, 102, 103)\n\
+                        \x20       append (app/cache.py:42)\n\
+                        \x20       handle (app/views.py:10)\n\
+                        \x20       <module> (server.py:1)\n\
+                        \x20       native: PyList_Append\n\
+                        \x20 2.   16.0 MiB   34.8% of all sampled growth  \
+                        in 1 process (tgid 101)\n\
+                        \x20       parse (app/io.py:7)\n\
+                        \x20       <module> (server.py:1)\n\
+                        \x20       native: malloc\n";
+        assert_eq!(section(&text, MERGED), expected, "{text}");
+        assert!(text.find(MERGED) < text.find(PER_PROCESS), "{text}");
+        assert!(
+            text.find("Total: 4 processes") < text.find(MERGED),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn per_process_paths_follow_with_the_transient_path_first() {
+        let text = render_text(&test_support::prefork_report(), 10);
+        let per_process = section(&text, PER_PROCESS);
+        let ranks: Vec<&str> = per_process
+            .lines()
+            .filter(|l| l.contains("% of tgid"))
+            .collect();
+        assert_eq!(ranks.len(), 4, "{per_process}");
+        assert!(
+            ranks[0].starts_with("  1.   16.0 MiB   61.5% of tgid 101's sampled growth"),
+            "{per_process}"
+        );
+        assert!(
+            ranks[1].contains("10.0 MiB   38.5% of tgid 101's"),
+            "{per_process}"
+        );
+        assert!(
+            ranks[2].contains("10.0 MiB  100.0% of tgid 102's"),
+            "{per_process}"
+        );
+        assert!(
+            ranks[3].contains("10.0 MiB  100.0% of tgid 103's"),
+            "{per_process}"
+        );
+    }
+
     #[test]
     fn growth_paths_show_share_and_frames_innermost_first_native_last() {
         let text = render_text(&test_support::report(), 10);
@@ -290,14 +425,65 @@ mod tests {
                         \x20       <module> (server.py:1)\n\
                         \x20       native: PyList_Append\n\
                         \x20 2.   12.0 MiB   25.0% of tgid 101's sampled growth";
-        assert!(text.contains(expected), "{text}");
+        assert!(section(&text, PER_PROCESS).contains(expected), "{text}");
+        let merged = section(&text, MERGED);
+        assert!(
+            merged
+                .contains("  1.   36.0 MiB   75.0% of all sampled growth  in 1 process (tgid 101)"),
+            "{merged}"
+        );
     }
 
     #[test]
-    fn top_limits_the_paths_shown() {
-        let text = render_text(&test_support::report(), 1);
-        assert!(text.contains("  1.   36.0 MiB"), "{text}");
-        assert!(!text.contains("  2.   12.0 MiB"), "{text}");
+    fn top_limits_the_merged_paths_and_caps_the_per_process_ones() {
+        let text = render_text(&test_support::prefork_report(), 1);
+        assert!(section(&text, MERGED).contains("  1.   30.0 MiB"), "{text}");
+        assert!(!section(&text, MERGED).contains("  2. "), "{text}");
+        assert!(
+            section(&text, PER_PROCESS).contains("  1.   16.0 MiB"),
+            "{text}"
+        );
+        assert!(!section(&text, PER_PROCESS).contains("  2. "), "{text}");
+
+        let text = render_text(&many_paths_report(8), 7);
+        let merged_ranks = section(&text, MERGED)
+            .matches("% of all sampled growth")
+            .count();
+        let per_process_ranks = section(&text, PER_PROCESS).matches("% of tgid").count();
+        assert_eq!(merged_ranks, 7, "{text}");
+        assert_eq!(per_process_ranks, MAX_PER_PROCESS_PATHS, "{text}");
+    }
+
+    #[test]
+    fn no_sampled_growth_says_so_in_both_sections() {
+        let text = render_text(&many_paths_report(0), 10);
+        let none = "  none: no growth was sampled with a stack";
+        assert!(section(&text, MERGED).contains(none), "{text}");
+        assert!(section(&text, PER_PROCESS).contains(none), "{text}");
+    }
+
+    #[test]
+    fn long_tgid_lists_are_cut_and_counted() {
+        assert_eq!(tgid_list(&[7]), "tgid 7");
+        assert_eq!(tgid_list(&[1, 2, 3]), "tgid 1, 2, 3");
+        let many: Vec<u32> = (1..=11).collect();
+        assert_eq!(tgid_list(&many), "tgid 1, 2, 3, 4, 5, 6, 7, 8, … 3 more");
+    }
+
+    /// One process with `n` growth paths of distinct sizes.
+    fn many_paths_report(n: u32) -> Report {
+        let mut agg = Aggregator::new(0);
+        for i in 0..n {
+            agg.memory(MemorySample {
+                tgid: 1,
+                ts_ns: 0,
+                event: MemoryEvent::AnonGrowth,
+                len_bytes: 4096,
+                weight_bytes: u64::from(i + 1) * test_support::MIB,
+                stack: vec![py(&format!("f{i}"), "m.py", i), native("malloc")],
+            });
+        }
+        agg.finish(0, RunMeta::default())
     }
 
     #[test]
