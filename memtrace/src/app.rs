@@ -128,7 +128,7 @@ fn stop_child(child: &mut Child) {
 #[derive(Clone, Copy, Debug)]
 enum StopReason {
     Duration,
-    Signal,
+    Signal(&'static str),
     AllExited,
 }
 
@@ -222,8 +222,8 @@ impl Session {
             tokio::select! {
                 ready = reader.wait_readable() => ready.context("ring buffer poll failed")?,
                 _ = drain.tick() => {}
-                _ = sigterm.recv() => self.stop_reason = Some(StopReason::Signal),
-                _ = sigint.recv() => self.stop_reason = Some(StopReason::Signal),
+                _ = sigterm.recv() => self.stop_reason = Some(StopReason::Signal("SIGTERM")),
+                _ = sigint.recv() => self.stop_reason = Some(StopReason::Signal("SIGINT")),
                 _ = sleep_until(deadline) => self.stop_reason = Some(StopReason::Duration),
             }
             reader.drain(|record| self.handle(record));
@@ -473,11 +473,11 @@ impl Session {
     }
 }
 
-fn describe(reason: StopReason) -> &'static str {
+fn describe(reason: StopReason) -> String {
     match reason {
-        StopReason::Duration => "--duration elapsed",
-        StopReason::Signal => "interrupted",
-        StopReason::AllExited => "every traced process exited",
+        StopReason::Duration => "--duration elapsed".to_owned(),
+        StopReason::Signal(name) => format!("{name} received"),
+        StopReason::AllExited => "every traced process exited".to_owned(),
     }
 }
 

@@ -337,15 +337,7 @@ impl Tracer {
             .ok_or(BpfError::MapMissing { map: PROCESSES_MAP })?;
         let processes: HashMap<&MapData, u32, ProcessCounters> = HashMap::try_from(map)
             .map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))?;
-        match processes.get(&tgid, 0) {
-            Ok(counters) => Ok(Some(counters)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(source) => Err(map_error(
-                PROCESSES_MAP,
-                format!("read tgid {tgid}"),
-                source,
-            )),
-        }
+        get_optional(&processes, tgid)
     }
 
     /// Sets the RSS members of `tgid` whose `rss_known` bit is still clear
@@ -458,8 +450,8 @@ fn ignore_absent(
 }
 
 /// `PROCESSES[tgid]`, or `None` when absent.
-fn get_optional(
-    processes: &HashMap<&mut MapData, u32, ProcessCounters>,
+fn get_optional<T: std::borrow::Borrow<MapData>>(
+    processes: &HashMap<T, u32, ProcessCounters>,
     tgid: u32,
 ) -> Result<Option<ProcessCounters>, BpfError> {
     match processes.get(&tgid, 0) {
