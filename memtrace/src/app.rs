@@ -11,8 +11,8 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use memtrace_common::{
-    MemoryEvent, MemoryRecord, PyFrame, STACK_NO_PYTHON, STACK_NO_THREAD_STATE, STACK_READ_ERROR,
-    STACK_TRUNCATED,
+    MemoryEvent, MemoryRecord, ProcessCounters, PyFrame, STACK_NO_PYTHON, STACK_NO_THREAD_STATE,
+    STACK_READ_ERROR, STACK_TRUNCATED,
 };
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -72,7 +72,11 @@ async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
     for &pid in &pids {
         session.add_target(pid, None, Role::Root)?;
         if !common.no_follow_forks {
+            let myself = proc::self_and_ancestors();
             for (child, parent) in proc::descendants(pid)? {
+                if myself.contains(&child) {
+                    continue; // memtrace itself, or what started it
+                }
                 // A descendant may exit between the listing and now.
                 let _ = session.add_target(child, Some(parent), Role::Worker);
             }
@@ -86,7 +90,17 @@ async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
 async fn run_command(argv: &[std::ffi::OsString], common: CommonArgs) -> Result<ExitCode> {
     let mut session = Session::start(&common)?;
     let held = spawn_held(argv)?;
-    session.add_target(held.pid, None, Role::Root)?;
+    // Until its execve the child is a copy of memtrace: its RSS story starts
+    // from the new program's empty address space, so from zero.
+    session.add_target_counters(
+        held.pid,
+        None,
+        Role::Root,
+        ProcessCounters {
+            rss_known: 0b1111,
+            ..ProcessCounters::default()
+        },
+    )?;
     let mut child = held.release()?;
     let command = argv
         .iter()
@@ -160,12 +174,7 @@ fn monotonic_ns() -> u64 {
 
 impl Session {
     fn start(common: &CommonArgs) -> Result<Self> {
-        std::fs::create_dir_all(&common.output_dir).with_context(|| {
-            format!(
-                "cannot create the output folder `{}`",
-                common.output_dir.display()
-            )
-        })?;
+        check_output_dir(&common.output_dir)?;
         let options = TracerOptions {
             sample_interval_bytes: common.sample_bytes,
             follow_forks: !common.no_follow_forks,
@@ -196,6 +205,17 @@ impl Session {
     /// existing descendants).
     fn add_target(&mut self, tgid: u32, parent: Option<u32>, role: Role) -> Result<()> {
         let counters = proc::initial_counters(tgid, parent.unwrap_or(0))?;
+        self.add_target_counters(tgid, parent, role, counters)
+    }
+
+    /// [`Self::add_target`] with the kernel-side counters to start from.
+    fn add_target_counters(
+        &mut self,
+        tgid: u32,
+        parent: Option<u32>,
+        role: Role,
+        counters: ProcessCounters,
+    ) -> Result<()> {
         self.tracer.trace_process(tgid, counters)?;
         self.tree.add(tgid, parent, role);
         self.aggregator.process_started(ProcessStart {
@@ -371,7 +391,7 @@ impl Session {
         match self.tree.get(tgid).map(|p| &p.python) {
             Some(PythonState::NotPython) => "not a Python process".to_owned(),
             Some(PythonState::Unsupported(why)) => format!("Python stacks unavailable: {why}"),
-            _ => "Python not initialised yet".to_owned(),
+            _ => "no Python stack yet (interpreter not found or not initialised)".to_owned(),
         }
     }
 
@@ -462,7 +482,7 @@ impl Session {
         let stop = self.stop_reason;
         let end_ns = monotonic_ns().max(self.start_ns);
         let report = self.aggregator.finish(end_ns, meta);
-        let written = report::write_files(&report, &common.output_dir)?;
+        let written = write_report_files(&report, &common.output_dir)?;
         let mut stdout = std::io::stdout().lock();
         if let Some(reason) = stop {
             eprintln!("memtrace: stopped: {}", describe(reason));
@@ -470,6 +490,39 @@ impl Session {
         report::table::render(&report, common.top, &written, &mut stdout)
             .context("cannot print the report")?;
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Fails early, before any tracing, if report files cannot be written to
+/// `dir`.
+fn check_output_dir(dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the output folder `{}`", dir.display()))?;
+    tempfile::Builder::new()
+        .prefix(".memtrace-write-check")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write report files to `{}`", dir.display()))?;
+    Ok(())
+}
+
+/// Writes the report files to `dir`; if that fails at the end of a trace
+/// (disk full, folder removed), to the system's temporary folder instead, so
+/// the trace is not lost.
+fn write_report_files(
+    report: &report::Report,
+    dir: &std::path::Path,
+) -> Result<report::WrittenFiles> {
+    match report::write_files(report, dir) {
+        Ok(written) => Ok(written),
+        Err(err) => {
+            let fallback = std::env::temp_dir();
+            eprintln!(
+                "memtrace: warning: {:#}; writing the report files to `{}` instead",
+                anyhow::Error::from(err),
+                fallback.display()
+            );
+            Ok(report::write_files(report, &fallback)?)
+        }
     }
 }
 

@@ -49,11 +49,20 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+/// A `--duration`: humantime syntax (`30s`, `5m`, `1h 30m`), more than zero.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err("must be longer than zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(err) => Err(err.to_string()),
+    }
+}
+
 /// Options of both `record` and `run`.
 #[derive(Debug, Args)]
 pub struct CommonArgs {
     /// Stop after this long (e.g. `30s`, `5m`); the report is printed then.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Do not trace processes forked by the traced ones (and, for `record`,
     /// not their existing descendants).

@@ -165,11 +165,17 @@ fn test(args: &[String]) -> Result<()> {
     }
     // Build first so the test run itself is not timed against compilation.
     check(Command::new("cargo").args(["build", "--workspace", "--tests"]))?;
+    let mut harness_args = vec!["--test-threads=1"];
+    if nix_is_root() {
+        // Live eBPF unit tests are #[ignore]d for unprivileged `cargo test`.
+        harness_args.push("--include-ignored");
+    }
     check(
         Command::new("cargo")
             .args(["test", "--workspace"])
             .args(args)
-            .args(["--", "--test-threads=1"]),
+            .arg("--")
+            .args(harness_args),
     )
 }
 

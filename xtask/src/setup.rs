@@ -1,5 +1,6 @@
 //! `cargo xtask setup`: the toolchain memtrace's eBPF build needs, installed
-//! only when missing (see ../shared/notes/toolchain.md for why each piece):
+//! only when missing (measured on this project's machines: rustc's LLVM 22
+//! bitcode needs a bpf-linker built against LLVM >= 22, which Debian lacks):
 //! nightly `rust-src` (for `-Z build-std=core`), `bpf-linker` 0.13.0 linked
 //! statically against LLVM 23 from PyPI, and a mounted tracefs.
 
@@ -79,7 +80,9 @@ fn ensure_bpf_linker() -> Result<()> {
                 .args(LLVM_WHEELS),
         )?;
     }
-    println!("setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 23 (about a minute)");
+    println!(
+        "setup: building bpf-linker {BPF_LINKER_VERSION} against LLVM 23 (one to two minutes)"
+    );
     let lib = prefix.join("lib");
     check(
         Command::new("cargo")

@@ -20,7 +20,7 @@ pub enum LaunchError {
     #[error("no command given after `--`")]
     Empty,
     /// The hand-shake pipes could not be made.
-    #[error("cannot create a pipe to start `{command}`: {source}")]
+    #[error("cannot create a pipe to start `{command}`")]
     Pipe {
         /// The command.
         command: String,
@@ -29,7 +29,7 @@ pub enum LaunchError {
         source: std::io::Error,
     },
     /// fork or exec failed (e.g. the program does not exist).
-    #[error("cannot run `{command}`: {source}")]
+    #[error("cannot run `{command}`")]
     Spawn {
         /// The command.
         command: String,

@@ -15,7 +15,7 @@ pub enum ProcError {
         pid: u32,
     },
     /// The process exists but cannot be read.
-    #[error("cannot read /proc/{pid}: {source}")]
+    #[error("cannot read /proc/{pid}")]
     Unreadable {
         /// The PID asked for.
         pid: u32,
@@ -99,6 +99,19 @@ pub fn initial_counters(pid: u32, parent_tgid: u32) -> Result<ProcessCounters, P
         parent_tgid,
         ..ProcessCounters::default()
     })
+}
+
+/// This process and its ancestors up to PID 1: never traced as someone's
+/// descendant (e.g. `memtrace record --pid 1`).
+pub fn self_and_ancestors() -> Vec<u32> {
+    let mut chain = vec![std::process::id()];
+    while let Some(parent) = chain.last().and_then(|&pid| parent_pid(pid)) {
+        if parent == 0 || chain.contains(&parent) {
+            break;
+        }
+        chain.push(parent);
+    }
+    chain
 }
 
 /// Parent PID of `pid`, if it can be read.
