@@ -90,17 +90,10 @@ async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
 async fn run_command(argv: &[std::ffi::OsString], common: CommonArgs) -> Result<ExitCode> {
     let mut session = Session::start(&common)?;
     let held = spawn_held(argv)?;
-    // Until its execve the child is a copy of memtrace: its RSS story starts
-    // from the new program's empty address space, so from zero.
-    session.add_target_counters(
-        held.pid,
-        None,
-        Role::Root,
-        ProcessCounters {
-            rss_known: 0b1111,
-            ..ProcessCounters::default()
-        },
-    )?;
+    // Until its execve the child is a copy of memtrace: its RSS is left
+    // unknown (no growth is computed from it), and the kernel side restarts
+    // the counters from zero when execve installs the new address space.
+    session.add_target_counters(held.pid, None, Role::Root, ProcessCounters::default())?;
     let mut child = held.release()?;
     let command = argv
         .iter()
