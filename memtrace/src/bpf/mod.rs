@@ -314,13 +314,7 @@ impl Tracer {
     /// # Errors
     /// [`BpfError::Map`].
     pub fn counters(&self) -> Result<Vec<(u32, ProcessCounters)>, BpfError> {
-        let map = self
-            .ebpf
-            .map(PROCESSES_MAP)
-            .ok_or(BpfError::MapMissing { map: PROCESSES_MAP })?;
-        let processes: HashMap<&MapData, u32, ProcessCounters> = HashMap::try_from(map)
-            .map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))?;
-        processes
+        self.processes()?
             .iter()
             .collect::<Result<Vec<_>, _>>()
             .map_err(|source| map_error(PROCESSES_MAP, "iterate".into(), source))
@@ -331,13 +325,16 @@ impl Tracer {
     /// # Errors
     /// [`BpfError`] when the map cannot be opened or read.
     pub fn counters_of(&self, tgid: u32) -> Result<Option<ProcessCounters>, BpfError> {
+        get_optional(&self.processes()?, tgid)
+    }
+
+    /// The `PROCESSES` map, read-only.
+    fn processes(&self) -> Result<HashMap<&MapData, u32, ProcessCounters>, BpfError> {
         let map = self
             .ebpf
             .map(PROCESSES_MAP)
             .ok_or(BpfError::MapMissing { map: PROCESSES_MAP })?;
-        let processes: HashMap<&MapData, u32, ProcessCounters> = HashMap::try_from(map)
-            .map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))?;
-        get_optional(&processes, tgid)
+        HashMap::try_from(map).map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))
     }
 
     /// Sets the RSS members of `tgid` whose `rss_known` bit is still clear
