@@ -14,8 +14,7 @@ use memtrace_common::{ProcessCounters, PyProcessInfo};
 pub const MAX_PROCESSES: u32 = 16_384;
 /// Most threads with a memory syscall in flight at once (`PENDING_SYSCALLS`).
 pub const MAX_PENDING_SYSCALLS: u32 = 16_384;
-/// Default size of the `RECORDS` ring buffer, in bytes; userspace may
-/// override it with `EbpfLoader::map_max_entries`.
+/// Size of the `RECORDS` ring buffer, in bytes.
 pub const RECORDS_BYTES: u32 = 32 << 20;
 
 /// Ring buffer of records (`memtrace_common::RECORDS_MAP`).
@@ -49,8 +48,6 @@ pub struct PendingFault {
     pub address: u64,
     /// User instruction pointer of the faulting instruction.
     pub ip: u64,
-    /// x86 page-fault error code.
-    pub error_code: u64,
 }
 
 /// One [`PendingFault`] per CPU.
@@ -76,8 +73,8 @@ pub struct PendingSyscall {
 pub static PENDING_SYSCALLS: LruHashMap<u32, PendingSyscall> =
     LruHashMap::with_max_entries(MAX_PENDING_SYSCALLS, 0);
 
-/// Mean sampling interval of memory records, in bytes (1 = record every
-/// event). Default 512 KiB.
+/// Mean sampling interval of memory records, in bytes, 1..=u32::MAX (1 =
+/// record every event). Default 512 KiB.
 #[unsafe(no_mangle)]
 pub static SAMPLE_INTERVAL_BYTES: Global<u64> = Global::new(512 << 10);
 /// Pending ring-buffer bytes above which a submit wakes the reader.

@@ -45,10 +45,11 @@ fn sample_weight(len_bytes: u64) -> Option<u64> {
     if len_bytes >= interval {
         return Some(len_bytes);
     }
+    // A uniform draw in [0, interval): interval < 2^32 (userspace caps it),
+    // so the product fits in 64 bits.
     // SAFETY: helper without arguments.
-    let random =
-        unsafe { (u64::from(bpf_get_prandom_u32()) << 32) | u64::from(bpf_get_prandom_u32()) };
-    (random % interval < len_bytes).then_some(interval)
+    let draw = (u64::from(unsafe { bpf_get_prandom_u32() }) * interval) >> 32;
+    (draw < len_bytes).then_some(interval)
 }
 
 /// A header for a record of `kind` about `tgid`, made by the current thread.

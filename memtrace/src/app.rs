@@ -68,7 +68,7 @@ async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
     for &pid in &pids {
         proc::check_exists(pid)?;
     }
-    let mut session = Session::start(&common)?;
+    let (mut session, mut reader) = Session::start(&common)?;
     for &pid in &pids {
         session.add_target(pid, None, Role::Root)?;
         if !common.no_follow_forks {
@@ -83,12 +83,12 @@ async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
         }
     }
     let command = format!("memtrace record --pid {}", join(&pids));
-    session.trace(&common, None).await?;
-    session.finish(&common, command)
+    session.trace(&mut reader, &common, None).await?;
+    session.finish(&reader, &common, command)
 }
 
 async fn run_command(argv: &[std::ffi::OsString], common: CommonArgs) -> Result<ExitCode> {
-    let mut session = Session::start(&common)?;
+    let (mut session, mut reader) = Session::start(&common)?;
     let held = spawn_held(argv)?;
     // Until its execve the child is a copy of memtrace: its RSS is left
     // unknown (no growth is computed from it), and the kernel side restarts
@@ -100,9 +100,11 @@ async fn run_command(argv: &[std::ffi::OsString], common: CommonArgs) -> Result<
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    session.trace(&common, Some(&mut child)).await?;
+    session
+        .trace(&mut reader, &common, Some(&mut child))
+        .await?;
     stop_child(&mut child);
-    session.finish(&common, command)
+    session.finish(&reader, &common, command)
 }
 
 fn join(pids: &[u32]) -> String {
@@ -142,16 +144,10 @@ enum StopReason {
 /// One tracing session: the loaded programs and every step's state.
 struct Session {
     tracer: Tracer,
-    reader: Option<RecordReader>,
     tree: ProcessTree,
     aggregator: Aggregator,
     resolver: FrameResolver,
     symbolizer: NativeSymbolizer,
-    /// When each process still being probed for CPython appeared or exec'd.
-    pending_since: std::collections::HashMap<u32, Instant>,
-    /// Pending processes whose latest probe found no CPython runtime: if they
-    /// exit within the eager window, they were not Python.
-    found_no_python: std::collections::HashSet<u32>,
     started: Instant,
     start_ns: u64,
     sample_interval_bytes: u64,
@@ -166,7 +162,9 @@ fn monotonic_ns() -> u64 {
 }
 
 impl Session {
-    fn start(common: &CommonArgs) -> Result<Self> {
+    /// Loads and attaches the kernel side; returns the session and the
+    /// reader of its ring buffer.
+    fn start(common: &CommonArgs) -> Result<(Self, RecordReader)> {
         check_output_dir(&common.output_dir)?;
         let options = TracerOptions {
             sample_interval_bytes: common.sample_bytes,
@@ -178,20 +176,18 @@ impl Session {
         let reader =
             RecordReader::new(tracer.take_records()?).context("cannot watch the ring buffer")?;
         let start_ns = monotonic_ns();
-        Ok(Self {
+        let session = Self {
             tracer,
-            reader: Some(reader),
             tree: ProcessTree::default(),
             aggregator: Aggregator::new(start_ns),
             resolver: FrameResolver::default(),
             symbolizer: NativeSymbolizer::default(),
-            pending_since: Default::default(),
-            found_no_python: Default::default(),
             started: Instant::now(),
             start_ns,
             sample_interval_bytes: common.sample_bytes,
             stop_reason: None,
-        })
+        };
+        Ok((session, reader))
     }
 
     /// Starts tracing a process that already exists (a target or one of its
@@ -223,8 +219,12 @@ impl Session {
         Ok(())
     }
 
-    async fn trace(&mut self, common: &CommonArgs, mut child: Option<&mut Child>) -> Result<()> {
-        let mut reader = self.reader.take().context("the session traced twice")?;
+    async fn trace(
+        &mut self,
+        reader: &mut RecordReader,
+        common: &CommonArgs,
+        mut child: Option<&mut Child>,
+    ) -> Result<()> {
         let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
         let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
         let deadline = common.duration.map(|d| tokio::time::Instant::now() + d);
@@ -254,7 +254,6 @@ impl Session {
         reader.drain(|record| self.handle(record));
         progress.finish();
         self.tick();
-        self.reader = Some(reader);
         Ok(())
     }
 
@@ -279,22 +278,16 @@ impl Session {
             ts_ns,
         });
         self.resolver.inherit(child, parent);
-        // The kernel side copied the parent's RSS; /proc knows the child's
-        // own for counters that have not changed since the fork.
-        if let Ok(rss) = proc::rss_bytes(child) {
-            let _ = self.tracer.fill_unknown_rss(child, rss);
-        }
         // The kernel side copied the parent's CPython layout too.
-        if let Some(PythonState::Python(version)) = self.tree.get(parent).map(|p| p.python.clone())
+        if let Some(PythonState::Known(status @ PythonStatus::Python { .. })) =
+            self.tree.get(parent).map(|p| p.python.clone())
         {
-            self.set_python_state(child, PythonState::Python(version));
+            self.set_python_status(child, status);
         }
     }
 
     fn on_exec(&mut self, tgid: u32, ts_ns: u64) {
         self.tree.exec(tgid);
-        self.pending_since.insert(tgid, Instant::now());
-        self.found_no_python.remove(&tgid);
         self.resolver.forget(tgid);
         self.symbolizer.forget(tgid);
         self.aggregator
@@ -312,13 +305,18 @@ impl Session {
 
     fn on_exit(&mut self, tgid: u32, ts_ns: u64) {
         self.sample_counters_of(tgid, ts_ns);
-        if self.found_no_python.contains(&tgid)
-            && self
-                .tree
-                .get(tgid)
-                .is_some_and(|p| p.python == PythonState::Pending)
-        {
-            self.set_python_state(tgid, PythonState::NotPython);
+        // A process that exits while its probes still find no CPython
+        // runtime was not Python.
+        if self.tree.get(tgid).is_some_and(|p| {
+            matches!(
+                p.python,
+                PythonState::Pending {
+                    no_runtime_seen: true,
+                    ..
+                }
+            )
+        }) {
+            self.set_python_status(tgid, PythonStatus::NotPython);
         }
         self.aggregator.process_exited(tgid, ts_ns);
         self.tree.exit(tgid);
@@ -382,26 +380,20 @@ impl Session {
 
     fn no_python_reason(&self, tgid: u32) -> String {
         match self.tree.get(tgid).map(|p| &p.python) {
-            Some(PythonState::NotPython) => "not a Python process".to_owned(),
-            Some(PythonState::Unsupported(why)) => format!("Python stacks unavailable: {why}"),
+            Some(PythonState::Known(status)) => status
+                .missing_reason()
+                .unwrap_or_else(|| "Python stack unavailable".to_owned()),
             _ => "no Python stack yet (interpreter not found or not initialised)".to_owned(),
         }
     }
 
     /// Probes processes that appeared or exec'd within the eager window.
     fn probe_new_processes(&mut self) {
-        for tgid in self.tree.pending_python() {
-            if self.since_pending(tgid) < EAGER_PROBE_WINDOW {
+        for (tgid, pending_for) in self.tree.pending_python() {
+            if pending_for < EAGER_PROBE_WINDOW {
                 self.probe_python(tgid);
             }
         }
-    }
-
-    fn since_pending(&mut self, tgid: u32) -> Duration {
-        self.pending_since
-            .entry(tgid)
-            .or_insert_with(Instant::now)
-            .elapsed()
     }
 
     /// Periodic work: counters into the timeline, probes of processes still
@@ -415,8 +407,10 @@ impl Session {
                 }
             }
         }
-        for tgid in self.tree.pending_python() {
-            self.probe_python(tgid);
+        for (tgid, pending_for) in self.tree.pending_python() {
+            if pending_for >= EAGER_PROBE_WINDOW {
+                self.probe_python(tgid);
+            }
         }
     }
 
@@ -424,52 +418,46 @@ impl Session {
         match python::probe(tgid) {
             Ok(Probe::Python(process)) => {
                 if let Err(err) = self.tracer.set_python(tgid, process.info) {
-                    self.set_python_state(tgid, PythonState::Unsupported(err.to_string()));
+                    let reason = err.to_string();
+                    self.set_python_status(tgid, PythonStatus::Unsupported { reason });
                     return;
                 }
                 self.resolver.register(tgid, &process);
-                self.set_python_state(tgid, PythonState::Python(process.version.to_string()));
+                let version = process.version.to_string();
+                self.set_python_status(tgid, PythonStatus::Python { version });
             }
             Ok(Probe::NotPython) => {
-                self.found_no_python.insert(tgid);
-                if self.since_pending(tgid) >= EAGER_PROBE_WINDOW {
-                    self.set_python_state(tgid, PythonState::NotPython);
+                if self.tree.note_no_runtime(tgid) >= EAGER_PROBE_WINDOW {
+                    self.set_python_status(tgid, PythonStatus::NotPython);
                 }
             }
             Ok(Probe::NotReady { .. }) => {}
             Err(err) => {
                 if proc::check_exists(tgid).is_ok() {
-                    self.set_python_state(tgid, PythonState::Unsupported(format!("{err:#}")));
+                    let reason = format!("{err:#}");
+                    self.set_python_status(tgid, PythonStatus::Unsupported { reason });
                 }
             }
         }
     }
 
-    fn set_python_state(&mut self, tgid: u32, state: PythonState) {
-        let status = match &state {
-            PythonState::Python(version) => PythonStatus::Python {
-                version: version.clone(),
-            },
-            PythonState::NotPython => PythonStatus::NotPython,
-            PythonState::Unsupported(reason) => PythonStatus::Unsupported {
-                reason: reason.clone(),
-            },
-            PythonState::Pending => return,
-        };
-        self.pending_since.remove(&tgid);
-        self.found_no_python.remove(&tgid);
-        self.aggregator.python_status(tgid, status);
-        self.tree.set_python(tgid, state);
+    fn set_python_status(&mut self, tgid: u32, status: PythonStatus) {
+        self.aggregator.python_status(tgid, status.clone());
+        self.tree.set_python(tgid, PythonState::Known(status));
     }
 
-    fn finish(self, common: &CommonArgs, command: String) -> Result<ExitCode> {
-        let reader = self.reader.as_ref();
+    fn finish(
+        self,
+        reader: &RecordReader,
+        common: &CommonArgs,
+        command: String,
+    ) -> Result<ExitCode> {
         let meta = RunMeta {
             command,
             duration_ns: self.started.elapsed().as_nanos() as u64,
-            records: reader.map_or(0, RecordReader::records),
+            records: reader.records(),
             dropped_records: self.tracer.dropped_records().unwrap_or(0),
-            decode_errors: reader.map_or(0, RecordReader::decode_errors),
+            decode_errors: reader.decode_errors(),
             sample_interval_bytes: self.sample_interval_bytes,
         };
         let stop = self.stop_reason;

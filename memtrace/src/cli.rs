@@ -76,7 +76,7 @@ pub struct CommonArgs {
     /// unbiased. Lower means more detail and more overhead; 1 records every
     /// event.
     #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     pub sample_bytes: u64,
     /// Growth paths shown in the terminal report.
     #[arg(long, value_name = "N", default_value_t = 10)]

@@ -47,15 +47,19 @@ fn try_page_fault_user(ctx: &TracePointContext) -> Result<(), ()> {
     };
     // SAFETY: live map value of a traced process.
     unsafe { add(&raw mut (*counters).page_faults, 1) };
-    let pending = PendingFault {
-        tid,
-        _pad: 0,
-        address,
-        ip,
-        error_code,
-    };
-    // A failed update only costs later AnonGrowth records their address.
-    let _ = PENDING_FAULT.set(0, pending, 0);
+    // Written in place (no map-update helper on this hot path); a missing
+    // slot only costs later AnonGrowth records their address.
+    if let Some(slot) = PENDING_FAULT.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot; programs do not nest on one CPU.
+        unsafe {
+            *slot = PendingFault {
+                tid,
+                _pad: 0,
+                address,
+                ip,
+            }
+        };
+    }
     if error_code & COW_ERROR_BITS == COW_ERROR_BITS {
         let args = MemoryEventArgs {
             event: MemoryEvent::CowFault,

@@ -18,7 +18,6 @@ use aya::{
 };
 use memtrace_common::{
     ProcessCounters, PyProcessInfo, DROPPED_MAP, PROCESSES_MAP, PY_PROCESSES_MAP, RECORDS_MAP,
-    RSS_MEMBER_COUNT,
 };
 
 pub use btf::{task_offsets, TaskOffsets, VMLINUX_BTF_PATH};
@@ -66,8 +65,6 @@ const TRACEPOINTS: [(&str, &str, &str); 14] = [
 /// The BTF tracepoint program (`tp_btf`) and the raw tracepoint it attaches to.
 const FORK_PROGRAM: &str = "sched_process_fork";
 
-/// `BPF_EXIST`: update an existing element only (include/uapi/linux/bpf.h).
-const BPF_EXIST: u64 = 2;
 /// `ENOENT`: the element to delete was not there.
 const ENOENT: i32 = 2;
 
@@ -325,7 +322,15 @@ impl Tracer {
     /// # Errors
     /// [`BpfError`] when the map cannot be opened or read.
     pub fn counters_of(&self, tgid: u32) -> Result<Option<ProcessCounters>, BpfError> {
-        get_optional(&self.processes()?, tgid)
+        match self.processes()?.get(&tgid, 0) {
+            Ok(counters) => Ok(Some(counters)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(source) => Err(map_error(
+                PROCESSES_MAP,
+                format!("read tgid {tgid}"),
+                source,
+            )),
+        }
     }
 
     /// The `PROCESSES` map, read-only.
@@ -335,33 +340,6 @@ impl Tracer {
             .map(PROCESSES_MAP)
             .ok_or(BpfError::MapMissing { map: PROCESSES_MAP })?;
         HashMap::try_from(map).map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))
-    }
-
-    /// Sets the RSS members of `tgid` whose `rss_known` bit is still clear
-    /// (no `rss_stat` seen yet) to `rss_bytes` (index `MM_*`), e.g. from
-    /// /proc/PID/status after a fork. Does nothing if `tgid` is not traced.
-    ///
-    /// The update is a read-modify-write of the whole value: counters the
-    /// kernel adds between the read and the write (a few microseconds) are
-    /// lost, so call it right after the process appears.
-    ///
-    /// # Errors
-    /// [`BpfError::Map`].
-    pub fn fill_unknown_rss(
-        &mut self,
-        tgid: u32,
-        rss_bytes: [u64; RSS_MEMBER_COUNT],
-    ) -> Result<(), BpfError> {
-        let mut processes = self.processes_mut()?;
-        let Some(mut counters) = get_optional(&processes, tgid)? else {
-            return Ok(());
-        };
-        if !fill_rss(&mut counters, rss_bytes) {
-            return Ok(());
-        }
-        processes
-            .insert(tgid, counters, BPF_EXIST)
-            .map_err(|source| map_error(PROCESSES_MAP, format!("update tgid {tgid}"), source))
     }
 
     /// Stops tracing `tgid`: removes it from `PROCESSES` and `PY_PROCESSES`
@@ -415,21 +393,6 @@ impl Tracer {
     }
 }
 
-/// Sets the members of `counters` whose known bit is clear; returns whether
-/// anything changed.
-fn fill_rss(counters: &mut ProcessCounters, rss_bytes: [u64; RSS_MEMBER_COUNT]) -> bool {
-    let mut changed = false;
-    for (member, bytes) in rss_bytes.into_iter().enumerate() {
-        let bit = 1u64 << member;
-        if counters.rss_known & bit == 0 {
-            counters.rss_bytes[member] = bytes;
-            counters.rss_known |= bit;
-            changed = true;
-        }
-    }
-    changed
-}
-
 /// The result of removing `tgid` from `map`, with "not there" as success.
 fn ignore_absent(
     removed: Result<(), aya::maps::MapError>,
@@ -443,22 +406,6 @@ fn ignore_absent(
             Ok(())
         }
         other => other.map_err(|source| map_error(map, format!("remove tgid {tgid}"), source)),
-    }
-}
-
-/// `PROCESSES[tgid]`, or `None` when absent.
-fn get_optional<T: std::borrow::Borrow<MapData>>(
-    processes: &HashMap<T, u32, ProcessCounters>,
-    tgid: u32,
-) -> Result<Option<ProcessCounters>, BpfError> {
-    match processes.get(&tgid, 0) {
-        Ok(counters) => Ok(Some(counters)),
-        Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-        Err(source) => Err(map_error(
-            PROCESSES_MAP,
-            format!("read tgid {tgid}"),
-            source,
-        )),
     }
 }
 
@@ -516,20 +463,6 @@ fn map_error(map: &'static str, action: String, source: aya::maps::MapError) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fill_rss_sets_only_unknown_members() {
-        let mut counters = ProcessCounters {
-            rss_bytes: [10, 20, 0, 0],
-            rss_known: 0b0010,
-            ..ProcessCounters::default()
-        };
-        assert!(fill_rss(&mut counters, [100, 200, 300, 400]));
-        assert_eq!(counters.rss_bytes, [100, 20, 300, 400]);
-        assert_eq!(counters.rss_known, 0b1111);
-        assert!(!fill_rss(&mut counters, [1, 2, 3, 4]));
-        assert_eq!(counters.rss_bytes, [100, 20, 300, 400]);
-    }
 
     #[test]
     fn every_program_is_in_the_object() {

@@ -3,21 +3,27 @@
 //! each (a process that just exec'd a Python interpreter is probed again
 //! until the interpreter has initialised).
 
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
-use crate::aggregate::Role;
+use crate::aggregate::{PythonStatus, Role};
 
 /// Where memtrace is in learning a process's CPython layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PythonState {
-    /// Not known yet: probe again on the next tick.
-    Pending,
-    /// Layout known and handed to the kernel side; the version, e.g. "3.11.7".
-    Python(String),
-    /// No CPython runtime in this process: it is traced without Python stacks.
-    NotPython,
-    /// A CPython memtrace cannot walk, with the reason.
-    Unsupported(String),
+    /// Not known yet: probe again.
+    Pending {
+        /// When the process appeared or last exec'd.
+        since: Instant,
+        /// Whether the latest probe found no CPython runtime (the dynamic
+        /// loader may not have mapped libpython yet).
+        no_runtime_seen: bool,
+    },
+    /// Probing is over: Python (layout handed to the kernel side), not
+    /// Python, or a CPython memtrace cannot walk.
+    Known(PythonStatus),
 }
 
 /// One traced process.
@@ -49,7 +55,7 @@ impl ProcessTree {
             tgid,
             parent_tgid,
             role,
-            python: PythonState::Pending,
+            python: pending(),
             exited: false,
         };
         self.processes.insert(tgid, process);
@@ -58,7 +64,22 @@ impl ProcessTree {
     /// Marks a process as having exec'd: its Python layout must be probed anew.
     pub fn exec(&mut self, tgid: u32) {
         if let Some(p) = self.processes.get_mut(&tgid) {
-            p.python = PythonState::Pending;
+            p.python = pending();
+        }
+    }
+
+    /// Notes that a probe of a pending process found no CPython runtime;
+    /// returns how long the process has been pending (zero if it is not).
+    pub fn note_no_runtime(&mut self, tgid: u32) -> Duration {
+        match self.processes.get_mut(&tgid).map(|p| &mut p.python) {
+            Some(PythonState::Pending {
+                since,
+                no_runtime_seen,
+            }) => {
+                *no_runtime_seen = true;
+                since.elapsed()
+            }
+            _ => Duration::ZERO,
         }
     }
 
@@ -81,11 +102,14 @@ impl ProcessTree {
         self.processes.get(&tgid)
     }
 
-    /// Live processes whose Python layout is still unknown.
-    pub fn pending_python(&self) -> Vec<u32> {
+    /// Live processes whose Python layout is still unknown, with how long
+    /// they have been pending.
+    pub fn pending_python(&self) -> Vec<(u32, Duration)> {
         self.live()
-            .filter(|p| p.python == PythonState::Pending)
-            .map(|p| p.tgid)
+            .filter_map(|p| match p.python {
+                PythonState::Pending { since, .. } => Some((p.tgid, since.elapsed())),
+                _ => None,
+            })
             .collect()
     }
 
@@ -100,6 +124,13 @@ impl ProcessTree {
     }
 }
 
+fn pending() -> PythonState {
+    PythonState::Pending {
+        since: Instant::now(),
+        no_runtime_seen: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,11 +141,29 @@ mod tests {
         assert!(!tree.all_exited(), "an empty tree has not 'all exited'");
         tree.add(10, None, Role::Root);
         tree.add(11, Some(10), Role::Worker);
-        tree.set_python(10, PythonState::Python("3.11.7".into()));
-        assert_eq!(tree.pending_python(), vec![11]);
-        tree.set_python(11, PythonState::NotPython);
+        tree.set_python(
+            10,
+            PythonState::Known(PythonStatus::Python {
+                version: "3.11.7".into(),
+            }),
+        );
+        let pending = |tree: &ProcessTree| -> Vec<u32> {
+            tree.pending_python().into_iter().map(|(t, _)| t).collect()
+        };
+        assert_eq!(pending(&tree), vec![11]);
+        tree.set_python(11, PythonState::Known(PythonStatus::NotPython));
+        assert_eq!(tree.note_no_runtime(11), Duration::ZERO, "not pending");
         tree.exec(11);
-        assert_eq!(tree.pending_python(), vec![11]);
+        assert_eq!(pending(&tree), vec![11]);
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(tree.note_no_runtime(11) >= Duration::from_millis(5));
+        assert!(matches!(
+            tree.get(11).unwrap().python,
+            PythonState::Pending {
+                no_runtime_seen: true,
+                ..
+            }
+        ));
         tree.exit(11);
         assert!(tree.pending_python().is_empty());
         assert!(!tree.all_exited());
