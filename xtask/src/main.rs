@@ -158,7 +158,7 @@ fn demo(seconds: u32, output_dir: &Path) -> Result<()> {
 }
 
 fn test(args: &[String]) -> Result<()> {
-    if !nix_is_root() {
+    if !is_root() {
         println!(
             "note: not root: integration tests that load eBPF programs will print why they skip"
         );
@@ -166,7 +166,7 @@ fn test(args: &[String]) -> Result<()> {
     // Build first so the test run itself is not timed against compilation.
     check(Command::new("cargo").args(["build", "--workspace", "--tests"]))?;
     let mut harness_args = vec!["--test-threads=1"];
-    if nix_is_root() {
+    if is_root() {
         // Live eBPF unit tests are #[ignore]d for unprivileged `cargo test`.
         harness_args.push("--include-ignored");
     }
@@ -179,7 +179,7 @@ fn test(args: &[String]) -> Result<()> {
     )
 }
 
-fn nix_is_root() -> bool {
+fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
