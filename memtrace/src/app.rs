@@ -334,7 +334,6 @@ impl Session {
             tgid: record.header.tgid,
             ts_ns: record.header.ts_ns,
             event,
-            len_bytes: record.len_bytes,
             weight_bytes: record.weight_bytes,
             stack,
         });
@@ -360,11 +359,7 @@ impl Session {
         let frames: &[PyFrame] = &record.frames[..count];
         for frame in frames.iter().rev() {
             stack.push(match self.resolver.resolve(tgid, frame) {
-                Ok(loc) => Frame::Python {
-                    function: loc.function,
-                    file: loc.file,
-                    line: loc.line,
-                },
+                Ok(location) => Frame::from(location),
                 Err(_) => unknown("unresolved Python frame"),
             });
         }
@@ -431,7 +426,7 @@ impl Session {
                     self.set_python_status(tgid, PythonStatus::NotPython);
                 }
             }
-            Ok(Probe::NotReady { .. }) => {}
+            Ok(Probe::NotReady) => {}
             Err(err) => {
                 if proc::check_exists(tgid).is_ok() {
                     let reason = format!("{err:#}");

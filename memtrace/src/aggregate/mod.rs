@@ -10,8 +10,11 @@
 
 mod snapshot;
 mod stacks;
+#[cfg(test)]
+pub(crate) mod test_support;
 mod timeline;
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
@@ -25,6 +28,7 @@ pub use snapshot::{
 pub use stacks::StackId;
 pub use timeline::{RssPoint, MAX_TIMELINE_POINTS};
 
+use crate::python::PyLocation;
 use stacks::StackTable;
 use timeline::Timeline;
 
@@ -68,6 +72,27 @@ impl fmt::Display for Frame {
             Self::Unknown { reason } => write!(f, "[{reason}]"),
         }
     }
+}
+
+impl From<PyLocation> for Frame {
+    /// The Python frame at `location`.
+    fn from(location: PyLocation) -> Self {
+        Self::Python {
+            function: location.function,
+            file: location.file,
+            line: location.line,
+        }
+    }
+}
+
+/// Sort key of the ranked lists of a report: `bytes` descending, then tgid
+/// ascending (`None` for lists merged over processes), then frames.
+fn rank_key(
+    bytes: u64,
+    tgid: Option<u32>,
+    frames: &[Frame],
+) -> (Reverse<u64>, Option<u32>, &[Frame]) {
+    (Reverse(bytes), tgid, frames)
 }
 
 /// Why a process is traced.
@@ -142,8 +167,6 @@ pub struct MemorySample {
     pub ts_ns: u64,
     /// What happened.
     pub event: MemoryEvent,
-    /// True size of the event, in bytes.
-    pub len_bytes: u64,
     /// Sampling weight, in bytes: what this sample stands for.
     pub weight_bytes: u64,
     /// Call stack, outermost first; the native frame last.
@@ -164,7 +187,6 @@ struct ProcessState {
     peak_rss_bytes: u64,
     timeline: Timeline,
     counters: Option<ProcessCounters>,
-    sampled: SampledBytes,
 }
 
 impl ProcessState {
@@ -181,7 +203,6 @@ impl ProcessState {
             peak_rss_bytes: 0,
             timeline: Timeline::default(),
             counters: None,
-            sampled: SampledBytes::default(),
         }
     }
 
@@ -295,15 +316,20 @@ impl Aggregator {
     }
 
     /// A process entered the trace (a root at attach, or a fork). A second
-    /// start of a known tgid updates its identity and keeps its data.
+    /// start of a live tgid (its data arrived before its announcement)
+    /// updates its identity and keeps its data. A start of a tgid that
+    /// exited is a new process reusing the id: it is live again, with fresh
+    /// RSS readings, high-water mark, timeline, counters and Python status
+    /// (its sampled paths stay summed under the tgid).
     pub fn process_started(&mut self, p: ProcessStart) {
-        if let Some(state) = self.processes.get_mut(&p.tgid) {
+        if let Some(state) = self.processes.get_mut(&p.tgid).filter(|s| s.is_live()) {
             state.parent_tgid = p.parent_tgid;
             state.role = p.role;
             state.cmdline = p.cmdline;
             state.started_ns = state.started_ns.min(p.ts_ns);
             return;
         }
+        // New, or replacing the exited process that had this tgid.
         let state = ProcessState::new(p.parent_tgid, p.role, p.cmdline, p.ts_ns);
         self.processes.insert(p.tgid, state);
         self.count_live_start();
@@ -367,16 +393,16 @@ impl Aggregator {
     }
 
     /// One sampled memory event: its weight is added to its (process, stack)
-    /// path and to the process's sampled totals.
+    /// path. A process never announced is created as a worker with an unknown
+    /// command line.
     pub fn memory(&mut self, s: MemorySample) {
+        self.process_mut(s.tgid, s.ts_ns);
         let stack = self.stacks.intern(s.stack);
         add_sample(
             self.paths.entry((s.tgid, stack)).or_default(),
             s.event,
             s.weight_bytes,
         );
-        let state = self.process_mut(s.tgid, s.ts_ns);
-        add_sample(&mut state.sampled, s.event, s.weight_bytes);
     }
 
     /// Current RSS summed over live processes, in bytes (for a progress line).
@@ -386,8 +412,9 @@ impl Aggregator {
 
     /// Ends the run at `end_ns` and builds the report.
     pub fn finish(self, end_ns: u64, meta: RunMeta) -> Report {
-        let processes = self.process_reports(end_ns);
-        let paths = self.path_reports();
+        let sampled = self.sampled_by_process();
+        let processes = self.process_reports(end_ns, &sampled);
+        let paths = self.path_reports(&sampled);
         let warnings = self.warnings(&meta, &processes);
         let totals = self.totals(&processes);
         let growth_stacks = self.growth_stack_reports(totals.sampled.growth_bytes);
@@ -405,13 +432,30 @@ impl Aggregator {
 
 /// Report building, called once by [`Aggregator::finish`].
 impl Aggregator {
+    /// Sampled totals per process: the sums of its paths.
+    fn sampled_by_process(&self) -> HashMap<u32, SampledBytes> {
+        let mut sampled: HashMap<u32, SampledBytes> = HashMap::new();
+        for (&(tgid, _), bytes) in &self.paths {
+            merge_sampled(sampled.entry(tgid).or_default(), bytes);
+        }
+        sampled
+    }
+
     /// One report per process, sorted by RSS growth descending (processes
-    /// without RSS last), ties by tgid.
-    fn process_reports(&self, end_ns: u64) -> Vec<ProcessReport> {
+    /// without RSS last), ties by tgid. `sampled` holds each process's
+    /// sampled totals.
+    fn process_reports(
+        &self,
+        end_ns: u64,
+        sampled: &HashMap<u32, SampledBytes>,
+    ) -> Vec<ProcessReport> {
         let mut reports: Vec<ProcessReport> = self
             .processes
             .iter()
-            .map(|(&tgid, state)| self.process_report(tgid, state, end_ns))
+            .map(|(&tgid, state)| {
+                let sampled = sampled.get(&tgid).copied().unwrap_or_default();
+                self.process_report(tgid, state, sampled, end_ns)
+            })
             .collect();
         reports.sort_by_key(|p| {
             let growth = p.rss.map_or(i64::MIN, |rss| rss.growth_bytes);
@@ -420,7 +464,13 @@ impl Aggregator {
         reports
     }
 
-    fn process_report(&self, tgid: u32, state: &ProcessState, end_ns: u64) -> ProcessReport {
+    fn process_report(
+        &self,
+        tgid: u32,
+        state: &ProcessState,
+        sampled: SampledBytes,
+        end_ns: u64,
+    ) -> ProcessReport {
         let started_ns = self.relative(state.started_ns);
         let exited_ns = state.exited_ns.map(|ts| self.relative(ts));
         ProcessReport {
@@ -436,23 +486,19 @@ impl Aggregator {
                 .saturating_sub(started_ns),
             rss: state.rss_summary(),
             counters: state.counters.as_ref().map(ExactCounters::from),
-            sampled: state.sampled,
+            sampled,
             timeline: state.timeline.clone().into_points(),
         }
     }
 
     /// Every (process, stack) path, sorted by growth descending, ties by tgid
-    /// then frames.
-    fn path_reports(&self) -> Vec<PathReport> {
+    /// then frames; shares are of the process's totals in `sampled`.
+    fn path_reports(&self, sampled: &HashMap<u32, SampledBytes>) -> Vec<PathReport> {
         let mut paths: Vec<PathReport> = self
             .paths
             .iter()
             .map(|(&(tgid, stack), bytes)| {
-                let process = self
-                    .processes
-                    .get(&tgid)
-                    .map(|state| state.sampled)
-                    .unwrap_or_default();
+                let process = sampled.get(&tgid).copied().unwrap_or_default();
                 PathReport {
                     tgid,
                     stack,
@@ -462,12 +508,12 @@ impl Aggregator {
                 }
             })
             .collect();
-        paths.sort_by(|a, b| {
-            b.bytes
-                .growth_bytes
-                .cmp(&a.bytes.growth_bytes)
-                .then(a.tgid.cmp(&b.tgid))
-                .then_with(|| self.stacks.frames(a.stack).cmp(self.stacks.frames(b.stack)))
+        paths.sort_by_key(|p| {
+            rank_key(
+                p.bytes.growth_bytes,
+                Some(p.tgid),
+                self.stacks.frames(p.stack),
+            )
         });
         paths
     }
@@ -494,13 +540,7 @@ impl Aggregator {
                 tgids: tgids.into_iter().collect(),
             })
             .collect();
-        stacks.sort_by(|a, b| {
-            b.bytes
-                .growth_bytes
-                .cmp(&a.bytes.growth_bytes)
-                .then_with(|| self.stacks.frames(a.stack).cmp(self.stacks.frames(b.stack)))
-                .then(a.stack.cmp(&b.stack))
-        });
+        stacks.sort_by_key(|s| rank_key(s.bytes.growth_bytes, None, self.stacks.frames(s.stack)));
         stacks
     }
 
@@ -582,62 +622,14 @@ impl Aggregator {
 
 #[cfg(test)]
 mod tests {
-    use memtrace_common::{MM_ANONPAGES, MM_FILEPAGES};
-
+    use super::test_support::{
+        leak_stack, meta, native, parse_stack, prefork_aggregator, rss, sample, start, MIB,
+    };
     use super::*;
 
-    const MIB: u64 = 1024 * 1024;
-
+    /// A frame of `app.py`.
     fn py(function: &str, line: u32) -> Frame {
-        Frame::Python {
-            function: function.to_owned(),
-            file: "app.py".to_owned(),
-            line,
-        }
-    }
-
-    fn native(symbol: &str) -> Frame {
-        Frame::Native {
-            symbol: symbol.to_owned(),
-        }
-    }
-
-    fn start(tgid: u32, parent_tgid: Option<u32>, role: Role, ts_ns: u64) -> ProcessStart {
-        ProcessStart {
-            tgid,
-            parent_tgid,
-            role,
-            cmdline: format!("proc {tgid}"),
-            ts_ns,
-        }
-    }
-
-    fn rss(anon_bytes: u64, file_bytes: u64) -> ProcessCounters {
-        let mut c = ProcessCounters {
-            rss_known: (1 << MM_ANONPAGES) | (1 << MM_FILEPAGES),
-            ..ProcessCounters::default()
-        };
-        c.rss_bytes[MM_ANONPAGES] = anon_bytes;
-        c.rss_bytes[MM_FILEPAGES] = file_bytes;
-        c
-    }
-
-    fn sample(tgid: u32, event: MemoryEvent, weight_bytes: u64, stack: &[Frame]) -> MemorySample {
-        MemorySample {
-            tgid,
-            ts_ns: 50,
-            event,
-            len_bytes: 4096,
-            weight_bytes,
-            stack: stack.to_vec(),
-        }
-    }
-
-    fn meta() -> RunMeta {
-        RunMeta {
-            command: "app".to_owned(),
-            ..RunMeta::default()
-        }
+        test_support::py(function, "app.py", line)
     }
 
     #[test]
@@ -725,19 +717,15 @@ mod tests {
 
     #[test]
     fn growth_stacks_merge_one_stack_across_workers() {
-        let mut agg = Aggregator::new(0);
-        let leak = [py("handle", 10), py("append", 42), native("PyList_Append")];
-        let transient = [py("handle", 10), py("parse", 7), native("malloc")];
-        // The leak repeats in three workers (announced out of tgid order);
-        // the transient path is bigger than the leak in any one worker.
-        for tgid in [103, 101, 102] {
-            agg.memory(sample(tgid, MemoryEvent::AnonGrowth, 10 * MIB, &leak));
-        }
-        agg.memory(sample(101, MemoryEvent::AnonGrowth, 16 * MIB, &transient));
+        // The leak repeats in three workers; the transient path is bigger
+        // than the leak in any one worker.
+        let mut agg = prefork_aggregator();
+        let leak = leak_stack();
+        let transient = parse_stack("app/io.py");
         agg.memory(sample(102, MemoryEvent::CowFault, 4096, &leak));
         // A process where the leak stack only unmapped: summed, not listed.
         agg.memory(sample(104, MemoryEvent::Munmap, MIB, &leak));
-        let report = agg.finish(0, meta());
+        let report = agg.finish(5_000, meta());
         assert_eq!(report.paths[0].bytes.growth_bytes, 16 * MIB);
         let merged = report.top_growth_stacks(10);
         assert_eq!(merged.len(), 2);
@@ -882,6 +870,49 @@ mod tests {
         assert_eq!(report.totals.peak_total_rss_bytes, 60 * MIB);
         assert_eq!(report.totals.live_rss_end_bytes, 10 * MIB);
         assert_eq!(report.totals.peak_live_processes, 2);
+    }
+
+    #[test]
+    fn reused_tgid_starts_a_fresh_live_process() {
+        let mut agg = Aggregator::new(0);
+        agg.process_started(start(1, None, Role::Root, 0));
+        agg.process_started(start(2, Some(1), Role::Worker, 10));
+        agg.python_status(2, PythonStatus::NotPython);
+        agg.counters(1, 20, &rss(10 * MIB, 0));
+        let mut old = rss(90 * MIB, 0);
+        old.rss_peak_bytes = 95 * MIB;
+        old.cow_fault_bytes = 8192;
+        agg.counters(2, 20, &old);
+        agg.process_exited(2, 30);
+        assert_eq!(agg.live_rss_bytes(), 10 * MIB);
+        // The kernel hands tgid 2 to a new fork of 1.
+        agg.process_started(ProcessStart {
+            cmdline: "new worker".to_owned(),
+            ..start(2, Some(1), Role::Worker, 40)
+        });
+        agg.counters(2, 50, &rss(30 * MIB, 0));
+        assert_eq!(agg.live_rss_bytes(), 40 * MIB);
+        let report = agg.finish(100, meta());
+        let worker = report.process(2).unwrap();
+        assert_eq!(worker.cmdline, "new worker");
+        assert_eq!(worker.exited_ns, None);
+        assert_eq!((worker.started_ns, worker.traced_ns), (40, 60));
+        assert_eq!(worker.python, None);
+        assert_eq!(
+            worker.rss,
+            Some(RssSummary {
+                start_bytes: 30 * MIB,
+                end_bytes: 30 * MIB,
+                peak_bytes: 30 * MIB,
+                growth_bytes: 0,
+            })
+        );
+        let times: Vec<u64> = worker.timeline.iter().map(|p| p.t_ns).collect();
+        assert_eq!(times, vec![50]);
+        assert_eq!(worker.counters.unwrap().cow_fault_bytes, 0);
+        assert_eq!(report.totals.live_rss_end_bytes, 40 * MIB);
+        assert_eq!(report.totals.peak_live_processes, 2);
+        assert_eq!(report.totals.processes, 2);
     }
 
     #[test]

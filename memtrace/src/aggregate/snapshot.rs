@@ -6,7 +6,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Frame, PythonStatus, Role, RssPoint, StackId};
+use super::stacks::frames_of;
+use super::{rank_key, Frame, PythonStatus, Role, RssPoint, StackId};
 
 /// Facts about the run that the aggregator cannot see, given by the caller
 /// to [`crate::aggregate::Aggregator::finish`].
@@ -95,15 +96,17 @@ pub struct SampledBytes {
     pub samples: u64,
 }
 
-/// Resident-memory summary of one process from its RSS timeline.
+/// Resident-memory summary of one process, from its first and last counter
+/// reads that carried RSS and its high-water mark (not from the downsampled
+/// timeline).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RssSummary {
     /// RSS at the first reading.
     pub start_bytes: u64,
     /// RSS at the last reading.
     pub end_bytes: u64,
-    /// High-water mark: highest reading or the kernel's `rss_peak_bytes`,
-    /// whichever is higher.
+    /// High-water mark: the highest RSS read or the kernel's
+    /// `rss_peak_bytes`, whichever is higher.
     pub peak_bytes: u64,
     /// `end_bytes - start_bytes` (negative when the process shrank).
     pub growth_bytes: i64,
@@ -141,6 +144,30 @@ pub struct ProcessReport {
     /// [`crate::aggregate::MAX_TIMELINE_POINTS`] points (each the highest
     /// reading of its time bucket).
     pub timeline: Vec<RssPoint>,
+}
+
+impl ProcessReport {
+    /// Short name of the process for tables and folded stacks (see
+    /// [`process_label`]).
+    pub fn label(&self) -> String {
+        process_label(&self.cmdline)
+    }
+}
+
+/// Short name of a process: its command line with whitespace collapsed, cut
+/// to 60 characters; `?` when empty.
+fn process_label(cmdline: &str) -> String {
+    const MAX_CHARS: usize = 60;
+    let collapsed = cmdline.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.is_empty() {
+        return "?".to_owned();
+    }
+    if collapsed.chars().count() <= MAX_CHARS {
+        return collapsed;
+    }
+    let mut cut: String = collapsed.chars().take(MAX_CHARS - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// One growth path: the sampled bytes one stack caused in one process.
@@ -294,15 +321,19 @@ pub struct Report {
 impl Report {
     /// Frames of `stack`, outermost first; empty for an unknown id.
     pub fn frames(&self, stack: StackId) -> &[Frame] {
-        usize::try_from(stack.0)
-            .ok()
-            .and_then(|index| self.stacks.get(index))
-            .map_or(&[], Vec::as_slice)
+        frames_of(&self.stacks, stack)
     }
 
     /// The process with `tgid`, if traced.
     pub fn process(&self, tgid: u32) -> Option<&ProcessReport> {
         self.processes.iter().find(|p| p.tgid == tgid)
+    }
+
+    /// Short name of process `tgid` ([`ProcessReport::label`]); `?` when
+    /// it was not traced.
+    pub fn label(&self, tgid: u32) -> String {
+        self.process(tgid)
+            .map_or_else(|| "?".to_owned(), ProcessReport::label)
     }
 
     /// The `n` paths with the most sampled growth (growth > 0), largest first.
@@ -327,14 +358,30 @@ impl Report {
             .iter()
             .filter(|p| p.bytes.cow_bytes > 0)
             .collect();
-        cow.sort_by(|a, b| {
-            b.bytes
-                .cow_bytes
-                .cmp(&a.bytes.cow_bytes)
-                .then(a.tgid.cmp(&b.tgid))
-                .then_with(|| self.frames(a.stack).cmp(self.frames(b.stack)))
-        });
+        cow.sort_by_key(|p| rank_key(p.bytes.cow_bytes, Some(p.tgid), self.frames(p.stack)));
         cow.truncate(n);
         cow
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_collapsed_and_cut() {
+        assert_eq!(process_label("  python3\tapp.py  "), "python3 app.py");
+        assert_eq!(process_label(""), "?");
+        let long = "x".repeat(100);
+        let label = process_label(&long);
+        assert_eq!(label.chars().count(), 60);
+        assert!(label.ends_with('…'));
+    }
+
+    #[test]
+    fn label_of_an_unknown_tgid_is_a_question_mark() {
+        let report = crate::aggregate::test_support::server_report();
+        assert_eq!(report.label(101), "python3 server.py");
+        assert_eq!(report.label(7), "?");
     }
 }

@@ -15,6 +15,15 @@ use super::Frame;
 #[serde(transparent)]
 pub struct StackId(pub u32);
 
+/// Frames of `id` in `stacks` (indexed by id), outermost first; empty for an
+/// id out of range. Shared by [`StackTable`] and the report.
+pub(crate) fn frames_of<S: AsRef<[Frame]>>(stacks: &[S], id: StackId) -> &[Frame] {
+    usize::try_from(id.0)
+        .ok()
+        .and_then(|index| stacks.get(index))
+        .map_or(&[], AsRef::as_ref)
+}
+
 /// Table of distinct stacks (outermost frame first), each stored once.
 #[derive(Debug, Default)]
 pub(crate) struct StackTable {
@@ -45,10 +54,7 @@ impl StackTable {
 
     /// Frames of `id`, outermost first; empty for an id this table never gave out.
     pub(crate) fn frames(&self, id: StackId) -> &[Frame] {
-        usize::try_from(id.0)
-            .ok()
-            .and_then(|index| self.stacks.get(index))
-            .map_or(&[], |stack| stack)
+        frames_of(&self.stacks, id)
     }
 
     /// Number of distinct stacks.
@@ -65,12 +71,7 @@ impl StackTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn native(symbol: &str) -> Frame {
-        Frame::Native {
-            symbol: symbol.to_owned(),
-        }
-    }
+    use crate::aggregate::test_support::native;
 
     #[test]
     fn equal_stacks_share_one_id_and_distinct_stacks_get_new_ids() {

@@ -8,10 +8,13 @@
 //! `co_firstlineno` equals the one BPF read (python-stacks.md §6: the frame
 //! held a reference, so a mismatch means the address was reused since).
 //! Lines are memoised per (code object, instruction index). A forked child
-//! shares its parent's code objects at the same addresses, so when the
-//! child's memory can no longer be read (it exited before its records were
-//! resolved) the parent's memory is used instead.
+//! shares its parent's code objects at the same addresses, so a code object
+//! missing from the child's cache is first looked up (with the same
+//! fingerprint check) in its ancestors' caches, then read from the child's
+//! memory, and when that can no longer be read (it exited before its
+//! records were resolved) from its ancestors' memory.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use memtrace_common::PyFrame;
@@ -122,7 +125,7 @@ struct Registered {
 }
 
 /// The parts of a `PyCodeObject` a location needs.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct CodeObject {
     first_lineno: i32,
     function: String,
@@ -179,29 +182,42 @@ impl FrameResolver {
     /// Resolves one frame of process `tgid`.
     ///
     /// # Errors
-    /// [`ResolveError`] when the process is unknown, its code object cannot
-    /// be read from it or its ancestors, the fingerprint does not match, or
-    /// the strings or location table are malformed.
+    /// [`ResolveError`] when the process is unknown, its code object is in
+    /// no cache and cannot be read from it or its ancestors, the fingerprint
+    /// does not match, or the strings or location table are malformed.
     pub fn resolve(&mut self, tgid: u32, frame: &PyFrame) -> Result<PyLocation, ResolveError> {
-        let registered = self
+        // Taken out while resolving so its cache can be filled from the
+        // other processes' caches and memory; put back on every path.
+        let mut registered = self
             .processes
-            .get(&tgid)
+            .remove(&tgid)
             .ok_or(ResolveError::UnknownProcess { tgid })?;
-        let cached = registered
-            .codes
-            .get(&frame.code_addr)
-            .is_some_and(|code| i64::from(code.first_lineno) == i64::from(frame.first_lineno));
-        if !cached {
-            let code = self.read_code_chain(tgid, frame)?;
-            if let Some(registered) = self.processes.get_mut(&tgid) {
-                registered.codes.insert(frame.code_addr, code);
+        let location = self.resolve_in(tgid, &mut registered, frame);
+        self.processes.insert(tgid, registered);
+        location
+    }
+
+    /// [`FrameResolver::resolve`] for `registered` (process `tgid`, out of
+    /// `self.processes`).
+    fn resolve_in(
+        &self,
+        tgid: u32,
+        registered: &mut Registered,
+        frame: &PyFrame,
+    ) -> Result<PyLocation, ResolveError> {
+        let code = match registered.codes.entry(frame.code_addr) {
+            Entry::Occupied(cached) if cached.get().matches(frame) => cached.into_mut(),
+            entry => {
+                let code = match self.inherited_code(registered.parent, frame) {
+                    Some(code) => code.clone(),
+                    None => {
+                        let own = (&registered.memory, registered.layout);
+                        self.read_code_chain(tgid, own, registered.parent, frame)?
+                    }
+                };
+                entry.insert_entry(code).into_mut()
             }
-        }
-        let code = self
-            .processes
-            .get_mut(&tgid)
-            .and_then(|registered| registered.codes.get_mut(&frame.code_addr))
-            .ok_or(ResolveError::UnknownProcess { tgid })?;
+        };
         let line = code.line(tgid, frame)?;
         Ok(PyLocation {
             function: code.function.clone(),
@@ -210,32 +226,50 @@ impl FrameResolver {
         })
     }
 
-    /// Reads the code object from `tgid`, or from its ancestors when `tgid`'s
-    /// memory is gone. A fingerprint mismatch is final: the readable process
-    /// answered.
-    fn read_code_chain(&self, tgid: u32, frame: &PyFrame) -> Result<CodeObject, ResolveError> {
+    /// `parent` and its ancestors, nearest first. Bounded by the number of
+    /// registered processes (guards against a parent cycle from tgid reuse).
+    fn ancestors(&self, parent: Option<u32>) -> impl Iterator<Item = &Registered> {
+        std::iter::successors(parent.and_then(|t| self.processes.get(&t)), |r| {
+            r.parent.and_then(|t| self.processes.get(&t))
+        })
+        .take(self.processes.len())
+    }
+
+    /// The frame's code object from the nearest ancestor cache that holds
+    /// it with the frame's fingerprint.
+    fn inherited_code(&self, parent: Option<u32>, frame: &PyFrame) -> Option<&CodeObject> {
+        self.ancestors(parent)
+            .filter_map(|ancestor| ancestor.codes.get(&frame.code_addr))
+            .find(|code| code.matches(frame))
+    }
+
+    /// Reads the code object from process `tgid` (its `own` memory and
+    /// layout), or from its ancestors (from `parent` on) when its memory is
+    /// gone. A fingerprint mismatch is final: the readable process answered.
+    fn read_code_chain(
+        &self,
+        tgid: u32,
+        own: (&Option<ProcessMemory>, &VersionLayout),
+        parent: Option<u32>,
+        frame: &PyFrame,
+    ) -> Result<CodeObject, ResolveError> {
         let mut last_error = None;
-        let mut current = Some(tgid);
-        // Bounded by the number of registered processes (guards against a
-        // parent cycle from tgid reuse).
-        for _ in 0..=self.processes.len() {
-            let Some(registered) = current.and_then(|t| self.processes.get(&t)) else {
-                break;
+        let inherited = self.ancestors(parent).map(|r| (&r.memory, r.layout));
+        for (memory, layout) in std::iter::once(own).chain(inherited) {
+            let Some(memory) = memory else {
+                continue;
             };
-            if let Some(memory) = &registered.memory {
-                match CodeObject::read(memory, registered.layout, frame.code_addr) {
-                    Ok(code) => return code.check(tgid, frame),
-                    Err(ReadError::Memory(source)) => last_error = Some(source),
-                    Err(ReadError::BadString { addr, state }) => {
-                        return Err(ResolveError::BadString {
-                            tgid: memory.tgid(),
-                            addr,
-                            state,
-                        })
-                    }
+            match CodeObject::read(memory, layout, frame.code_addr) {
+                Ok(code) => return code.check(tgid, frame),
+                Err(ReadError::Memory(source)) => last_error = Some(source),
+                Err(ReadError::BadString { addr, state }) => {
+                    return Err(ResolveError::BadString {
+                        tgid: memory.tgid(),
+                        addr,
+                        state,
+                    })
                 }
             }
-            current = registered.parent;
         }
         Err(match last_error {
             Some(source) => ResolveError::Memory {
@@ -265,10 +299,12 @@ impl CodeObject {
     /// the two strings and the location table.
     fn read(memory: &ProcessMemory, layout: &VersionLayout, addr: u64) -> Result<Self, ReadError> {
         let code = &layout.code;
-        let header_len = usize::try_from(code.linetable + 8).unwrap_or(0);
+        let first_lineno_offset = u64::from(layout.walk.code_firstlineno);
+        let header_end = (code.linetable + 8).max(first_lineno_offset + 4);
+        let header_len = usize::try_from(header_end).unwrap_or(0);
         let mut header = vec![0u8; header_len];
         memory.read_exact(addr, &mut header)?;
-        let first_lineno = field::<4>(&header, code.firstlineno).map_or(0, i32::from_le_bytes);
+        let first_lineno = field::<4>(&header, first_lineno_offset).map_or(0, i32::from_le_bytes);
         let pointer = |offset| field::<8>(&header, offset).map_or(0, u64::from_le_bytes);
         let qualname = pointer(code.qualname);
         let filename = pointer(code.filename);
@@ -282,10 +318,16 @@ impl CodeObject {
         })
     }
 
-    /// Accepts the code object only if its `co_firstlineno` matches the
-    /// frame's fingerprint.
+    /// Whether this code object's `co_firstlineno` is the frame's
+    /// fingerprint.
+    fn matches(&self, frame: &PyFrame) -> bool {
+        i64::from(self.first_lineno) == i64::from(frame.first_lineno)
+    }
+
+    /// Accepts the code object only if it [`matches`](Self::matches) the
+    /// frame.
     fn check(self, tgid: u32, frame: &PyFrame) -> Result<Self, ResolveError> {
-        if i64::from(self.first_lineno) == i64::from(frame.first_lineno) {
+        if self.matches(frame) {
             Ok(self)
         } else {
             Err(ResolveError::FingerprintMismatch {
@@ -572,6 +614,67 @@ time.sleep(60)
             resolver.resolve(child, &frame(&output.codes[1], -1)),
             Err(ResolveError::Memory { .. })
         ));
+    }
+
+    /// A registered process with no open memory and `codes` cached.
+    fn unreadable(parent: Option<u32>, codes: HashMap<u64, CodeObject>) -> Registered {
+        Registered {
+            layout: crate::python::offsets::layout(3, 12).unwrap(),
+            memory: None,
+            parent,
+            codes,
+        }
+    }
+
+    /// A forked child takes a code object from its parent's cache when the
+    /// fingerprint matches, without reading memory (none is open here), and
+    /// caches it itself; a mismatching cached object is not taken.
+    #[test]
+    fn child_uses_the_parent_cache_when_the_fingerprint_matches() {
+        let code = CodeObject {
+            first_lineno: 10,
+            function: "Cache.put".to_owned(),
+            file: "cache.py".to_owned(),
+            // code 13, 1 unit, line +2 (svarint 4).
+            linetable: vec![0xe8, 4],
+            lines: HashMap::new(),
+        };
+        let mut resolver = FrameResolver::new();
+        let parent_codes = HashMap::from([(0x1000, code)]);
+        resolver.processes.insert(1, unreadable(None, parent_codes));
+        resolver
+            .processes
+            .insert(2, unreadable(Some(1), HashMap::new()));
+        resolver
+            .processes
+            .insert(3, unreadable(Some(2), HashMap::new()));
+        let frame = PyFrame {
+            code_addr: 0x1000,
+            instr_index: 0,
+            first_lineno: 10,
+        };
+        let expected = PyLocation {
+            function: "Cache.put".to_owned(),
+            file: "cache.py".to_owned(),
+            line: 12,
+        };
+        assert_eq!(resolver.resolve(3, &frame).unwrap(), expected);
+        assert!(resolver.processes[&3].codes.contains_key(&0x1000));
+        assert!(!resolver.processes[&2].codes.contains_key(&0x1000));
+        let stale = PyFrame {
+            first_lineno: 11,
+            ..frame
+        };
+        assert!(matches!(
+            resolver.resolve(2, &stale),
+            Err(ResolveError::NoMemory { tgid: 2 })
+        ));
+        assert!(matches!(
+            resolver.resolve(9, &frame),
+            Err(ResolveError::UnknownProcess { tgid: 9 })
+        ));
+        // A failed resolve leaves the process registered.
+        assert_eq!(resolver.resolve(2, &frame).unwrap(), expected);
     }
 
     #[test]

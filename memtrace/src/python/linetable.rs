@@ -290,8 +290,16 @@ mod tests {
             .iter()
             .find(|code| code.qualname == "far_lines")
             .unwrap();
-        let max = far.lines.iter().flatten().max().unwrap();
-        assert!(*max > 5000);
+        let table = hex(&far.linetable);
+        let decoded: Vec<Option<u32>> = (0..far.lines.len())
+            .map(|index| {
+                let index = i32::try_from(index).unwrap();
+                line_for_index(&table, far.firstlineno, index).unwrap()
+            })
+            .collect();
+        let max = decoded.iter().flatten().max().unwrap();
+        assert!(*max > 5000, "{max}");
+        assert_eq!(decoded, far.lines);
     }
 
     #[test]

@@ -10,11 +10,13 @@
 //!   /proc/PID/mem, `linetable` decodes CPython 3.11+ location tables.
 
 mod code;
-pub mod linetable;
+mod linetable;
 mod mem;
-pub mod offsets;
+mod offsets;
 mod probe;
 
 pub use code::{FrameResolver, PyLocation, ResolveError};
+pub use linetable::LineTableError;
 pub use mem::MemError;
-pub use probe::{probe, Probe, ProbeError, PythonProcess, PythonVersion, MAX_TSS_KEY};
+pub use offsets::VersionLayout;
+pub use probe::{probe, Probe, ProbeError, PythonProcess, PythonVersion};

@@ -69,8 +69,6 @@ pub struct PythonProcess {
     /// The mapped file that defines `_PyRuntime` (libpython or the
     /// executable), as named in /proc/PID/maps.
     pub binary: PathBuf,
-    /// Address of `_PyRuntime` in the process.
-    pub runtime_addr: u64,
     /// What the BPF frame walk needs (the `PY_PROCESSES` map value).
     pub info: PyProcessInfo,
     /// Struct layouts of this version, for userspace reads.
@@ -84,11 +82,10 @@ pub enum Probe {
     Python(PythonProcess),
     /// No mapped file defines `_PyRuntime`.
     NotPython,
-    /// CPython is mapped but cannot be walked yet; probe again later.
-    NotReady {
-        /// Why, e.g. "interpreter not initialised yet".
-        reason: String,
-    },
+    /// CPython is mapped but cannot be walked yet: its interpreter is not
+    /// initialised (`_PyRuntime.autoTSSkey._is_initialized` is not 1, so the
+    /// thread-state key is unset); probe again later.
+    NotReady,
 }
 
 /// Why [`probe`] failed.
@@ -348,9 +345,7 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
         .map_err(|source| memory_error(tgid, source))?;
     let [i0, i1, i2, i3, k0, k1, k2, k3] = tss;
     if i32::from_le_bytes([i0, i1, i2, i3]) != 1 {
-        return Ok(Probe::NotReady {
-            reason: "interpreter not initialised yet".to_owned(),
-        });
+        return Ok(Probe::NotReady);
     }
     let tss_key = u32::from_le_bytes([k0, k1, k2, k3]);
     if tss_key >= MAX_TSS_KEY {
@@ -359,7 +354,6 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
     Ok(Probe::Python(PythonProcess {
         version,
         binary,
-        runtime_addr: symbols.runtime_addr,
         info: PyProcessInfo {
             version_hex,
             tss_key,

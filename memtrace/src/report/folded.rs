@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use super::process_label;
 use crate::aggregate::{Frame, Report};
 
 /// Writes one line per (process, stack) with sampled growth > 0:
@@ -28,8 +27,7 @@ pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 fn lines(report: &Report) -> BTreeMap<String, u64> {
     let mut lines = BTreeMap::new();
     for path in report.paths.iter().filter(|p| p.bytes.growth_bytes > 0) {
-        let cmdline = report.process(path.tgid).map_or("", |p| p.cmdline.as_str());
-        let mut line = sanitize(&format!("{} (tgid {})", process_label(cmdline), path.tgid));
+        let mut line = sanitize(&format!("{} (tgid {})", report.label(path.tgid), path.tgid));
         for frame in report.frames(path.stack) {
             line.push(';');
             line.push_str(&folded_frame(frame));
@@ -59,12 +57,12 @@ fn sanitize(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::test_support::{self, MIB};
+    use crate::aggregate::test_support::{server_report, MIB};
 
     #[test]
     fn lines_are_exact_sorted_and_sanitized() {
         let mut out = Vec::new();
-        render(&test_support::report(), &mut out).unwrap();
+        render(&server_report(), &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         let expected = format!(
             "python3 server.py (tgid 101);<module> (server.py:1);handle (app/views.py:10);\
@@ -78,7 +76,7 @@ mod tests {
 
     #[test]
     fn stacks_that_render_alike_are_summed() {
-        let mut report = test_support::report();
+        let mut report = server_report();
         // Make the second stack print like the first one.
         let first = report.paths[0].stack;
         let second = report.paths[1].stack;

@@ -18,11 +18,11 @@ pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::test_support;
+    use crate::aggregate::test_support::{self, server_report};
 
     #[test]
     fn round_trips() {
-        let report = test_support::report();
+        let report = server_report();
         let mut out = Vec::new();
         render(&report, &mut out).unwrap();
         let back: Report = serde_json::from_slice(&out).unwrap();
@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn reports_without_growth_stacks_still_read() {
-        let mut value = serde_json::to_value(test_support::report()).unwrap();
+        let mut value = serde_json::to_value(server_report()).unwrap();
         value.as_object_mut().unwrap().remove("growth_stacks");
         let back: Report = serde_json::from_value(value).unwrap();
         assert!(back.growth_stacks.is_empty());

@@ -121,191 +121,12 @@ fn write_one(
     })
 }
 
-/// Short name of a process for folded stacks and tables: its command line
-/// with whitespace collapsed, cut to 60 characters; `?` when unknown.
-pub fn process_label(cmdline: &str) -> String {
-    const MAX_CHARS: usize = 60;
-    let collapsed = cmdline.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.is_empty() {
-        return "?".to_owned();
-    }
-    if collapsed.chars().count() <= MAX_CHARS {
-        return collapsed;
-    }
-    let mut cut: String = collapsed.chars().take(MAX_CHARS - 1).collect();
-    cut.push('…');
-    cut
-}
-
-#[cfg(test)]
-pub(crate) mod test_support {
-    //! A small synthetic report shared by the renderer tests.
-
-    use memtrace_common::{MemoryEvent, ProcessCounters, MM_ANONPAGES};
-
-    use crate::aggregate::{
-        Aggregator, Frame, MemorySample, ProcessStart, PythonStatus, Report, Role, RunMeta,
-    };
-
-    pub(crate) const MIB: u64 = 1024 * 1024;
-
-    pub(crate) fn py(function: &str, file: &str, line: u32) -> Frame {
-        Frame::Python {
-            function: function.to_owned(),
-            file: file.to_owned(),
-            line,
-        }
-    }
-
-    pub(crate) fn native(symbol: &str) -> Frame {
-        Frame::Native {
-            symbol: symbol.to_owned(),
-        }
-    }
-
-    fn counters(anon_bytes: u64) -> ProcessCounters {
-        let mut c = ProcessCounters {
-            rss_known: 1 << MM_ANONPAGES,
-            ..ProcessCounters::default()
-        };
-        c.rss_bytes[MM_ANONPAGES] = anon_bytes;
-        c
-    }
-
-    fn sample(tgid: u32, event: MemoryEvent, weight_bytes: u64, stack: Vec<Frame>) -> MemorySample {
-        MemorySample {
-            tgid,
-            ts_ns: 1_500,
-            event,
-            len_bytes: 4096,
-            weight_bytes,
-            stack,
-        }
-    }
-
-    /// A pre-fork service: a master (100) and three workers (101..=103).
-    /// The same leak (`append`) grows 10 MiB in each worker; a transient
-    /// `parse` grows 16 MiB in worker 101 only, so it outranks the leak per
-    /// process but not merged (30 MiB). 46 MiB of sampled growth in all.
-    pub(crate) fn prefork_report() -> Report {
-        let mut agg = Aggregator::new(1_000);
-        for (tgid, parent_tgid, role) in [
-            (100, None, Role::Root),
-            (101, Some(100), Role::Worker),
-            (102, Some(100), Role::Worker),
-            (103, Some(100), Role::Worker),
-        ] {
-            agg.process_started(ProcessStart {
-                tgid,
-                parent_tgid,
-                role,
-                cmdline: "gunicorn app:wsgi".to_owned(),
-                ts_ns: 1_000,
-            });
-        }
-        let leak = vec![
-            py("<module>", "server.py", 1),
-            py("handle", "app/views.py", 10),
-            py("append", "app/cache.py", 42),
-            native("PyList_Append"),
-        ];
-        let parse = vec![
-            py("<module>", "server.py", 1),
-            py("parse", "app/io.py", 7),
-            native("malloc"),
-        ];
-        for tgid in [101, 102, 103] {
-            agg.memory(sample(
-                tgid,
-                MemoryEvent::AnonGrowth,
-                10 * MIB,
-                leak.clone(),
-            ));
-        }
-        agg.memory(sample(101, MemoryEvent::AnonGrowth, 16 * MIB, parse));
-        agg.finish(
-            5_000,
-            RunMeta {
-                command: "gunicorn app:wsgi".to_owned(),
-                duration_ns: 4_000_000_000,
-                records: 4,
-                ..RunMeta::default()
-            },
-        )
-    }
-
-    /// A master (100) that stays flat and a worker (101) that grows 48 MiB,
-    /// 3/4 of it in `append` under `handle`, with one CoW path.
-    pub(crate) fn report() -> Report {
-        let mut agg = Aggregator::new(1_000);
-        agg.process_started(ProcessStart {
-            tgid: 100,
-            parent_tgid: None,
-            role: Role::Root,
-            cmdline: "python3 server.py".to_owned(),
-            ts_ns: 1_000,
-        });
-        agg.process_started(ProcessStart {
-            tgid: 101,
-            parent_tgid: Some(100),
-            role: Role::Worker,
-            cmdline: "python3 server.py".to_owned(),
-            ts_ns: 1_200,
-        });
-        agg.python_status(
-            100,
-            PythonStatus::Python {
-                version: "3.12.1".to_owned(),
-            },
-        );
-        agg.python_status(
-            101,
-            PythonStatus::Python {
-                version: "3.12.1".to_owned(),
-            },
-        );
-        agg.counters(100, 2_000, &counters(20 * MIB));
-        agg.counters(101, 2_000, &counters(20 * MIB));
-        let cache = vec![
-            py("<module>", "server.py", 1),
-            py("handle", "app/views.py", 10),
-            py("append", "app/cache.py", 42),
-            native("PyList_Append"),
-        ];
-        let parse = vec![
-            py("<module>", "server.py", 1),
-            py("parse", "app/io;v2.py", 7),
-            native("malloc"),
-        ];
-        agg.memory(sample(
-            101,
-            MemoryEvent::AnonGrowth,
-            36 * MIB,
-            cache.clone(),
-        ));
-        agg.memory(sample(101, MemoryEvent::AnonGrowth, 12 * MIB, parse));
-        agg.memory(sample(101, MemoryEvent::CowFault, 4096, cache));
-        agg.counters(100, 3_000, &counters(20 * MIB));
-        agg.counters(101, 3_000, &counters(68 * MIB));
-        agg.finish(
-            5_000,
-            RunMeta {
-                command: "python3 server.py".to_owned(),
-                duration_ns: 4_000_000_000,
-                records: 3,
-                dropped_records: 2,
-                decode_errors: 0,
-                sample_interval_bytes: 512 * 1024,
-            },
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
+    use crate::aggregate::test_support::server_report;
 
     #[test]
     fn stem_is_the_utc_time() {
@@ -317,7 +138,7 @@ mod tests {
     #[test]
     fn writes_both_files_and_never_overwrites() {
         let dir = tempfile::tempdir().unwrap();
-        let report = test_support::report();
+        let report = server_report();
         let first = write_files_named(&report, dir.path(), "memtrace-x").unwrap();
         assert_eq!(first.folded, dir.path().join("memtrace-x.folded"));
         assert_eq!(first.json, dir.path().join("memtrace-x.json"));
@@ -334,18 +155,8 @@ mod tests {
     fn missing_folder_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope");
-        let err = write_files(&test_support::report(), &missing).unwrap_err();
+        let err = write_files(&server_report(), &missing).unwrap_err();
         assert!(matches!(err, ReportError::Write { .. }));
         assert!(err.to_string().contains("nope"), "{err}");
-    }
-
-    #[test]
-    fn labels_are_collapsed_and_cut() {
-        assert_eq!(process_label("  python3\tapp.py  "), "python3 app.py");
-        assert_eq!(process_label(""), "?");
-        let long = "x".repeat(100);
-        let label = process_label(&long);
-        assert_eq!(label.chars().count(), 60);
-        assert!(label.ends_with('…'));
     }
 }

@@ -7,7 +7,7 @@
 
 use std::io::{self, Write};
 
-use super::{format_bytes, format_signed_bytes, process_label, WrittenFiles};
+use super::{format_bytes, format_signed_bytes, WrittenFiles};
 use crate::aggregate::{Frame, PathReport, ProcessReport, PythonStatus, Report, StackGrowthReport};
 
 /// Most Python frames printed per path (innermost ones); the rest are counted.
@@ -25,10 +25,11 @@ const NS_PER_S: f64 = 1e9;
 
 /// Writes the terminal summary of `report` to `out`: a header line, the
 /// process table (sorted by RSS growth), the run totals, the `top` growth
-/// paths merged across processes, at most `min(top, 5)` growth paths per
-/// process and the `top` copy-on-write paths (each with its frames, innermost
-/// Python frame first and the native frame under them), the record counts,
-/// the warnings and the paths of `written`.
+/// paths merged across processes, the `min(top, 5)` largest (process,
+/// stack) growth paths (that many in total, not per process) and the `top`
+/// copy-on-write paths (each with its frames, innermost Python frame first
+/// and the native frame under them), the record counts, the warnings and the
+/// paths of `written`.
 ///
 /// # Errors
 /// Any error of `out` (e.g. a closed pipe).
@@ -92,7 +93,7 @@ fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
     let cow = p
         .counters
         .map_or_else(dash, |c| format_bytes(c.cow_fault_bytes));
-    let mut command = process_label(&p.cmdline);
+    let mut command = p.label();
     if let Some(exited_ns) = p.exited_ns {
         command.push_str(&format!(
             " (exited at {:.1} s)",
@@ -144,21 +145,42 @@ fn counted(count: u64, one: &str, many: &str) -> String {
     format!("{count} {}", if count == 1 { one } else { many })
 }
 
-fn growth_stacks(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
+/// What a growth section says when nothing was sampled.
+const NO_GROWTH: &str = "  none: no growth was sampled with a stack";
+
+/// A blank line, `title`, then `entry` for each of `items` with its rank
+/// (from 1). With no items, the `none` line, or nothing at all (not even the
+/// title) when `none` is `None`.
+fn ranked_section<T>(
+    title: &str,
+    items: &[T],
+    none: Option<&str>,
+    out: &mut dyn Write,
+    mut entry: impl FnMut(usize, &T, &mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    if items.is_empty() && none.is_none() {
+        return Ok(());
+    }
     writeln!(out)?;
-    writeln!(
-        out,
+    writeln!(out, "{title}")?;
+    for (rank, item) in items.iter().enumerate() {
+        entry(rank + 1, item, out)?;
+    }
+    match none {
+        Some(none) if items.is_empty() => writeln!(out, "{none}"),
+        _ => Ok(()),
+    }
+}
+
+fn growth_stacks(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    ranked_section(
         "Top growth paths across processes \
-         (sampled resident anonymous growth summed over processes; innermost frame first)"
-    )?;
-    let stacks = report.top_growth_stacks(top);
-    for (rank, stack) in stacks.iter().enumerate() {
-        stack_entry(report, rank + 1, stack, out)?;
-    }
-    if stacks.is_empty() {
-        writeln!(out, "  none: no growth was sampled with a stack")?;
-    }
-    Ok(())
+         (sampled resident anonymous growth summed over processes; innermost frame first)",
+        report.top_growth_stacks(top),
+        Some(NO_GROWTH),
+        out,
+        |rank, stack, out| stack_entry(report, rank, stack, out),
+    )
 }
 
 /// One ranked merged path: bytes, share of all sampled growth, the processes
@@ -199,39 +221,31 @@ fn tgid_list(tgids: &[u32]) -> String {
 }
 
 fn growth_paths(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
-    writeln!(out)?;
-    writeln!(
-        out,
+    let paths: Vec<&PathReport> = report.top_growth_paths(top).collect();
+    ranked_section(
         "Top growth paths per process \
-         (sampled resident anonymous growth; innermost frame first)"
-    )?;
-    let mut any = false;
-    for (rank, path) in report.top_growth_paths(top).enumerate() {
-        any = true;
-        let bytes = (path.bytes.growth_bytes, path.growth_share);
-        path_entry(report, rank + 1, path, bytes, "growth", out)?;
-    }
-    if !any {
-        writeln!(out, "  none: no growth was sampled with a stack")?;
-    }
-    Ok(())
+         (sampled resident anonymous growth; innermost frame first)",
+        &paths,
+        Some(NO_GROWTH),
+        out,
+        |rank, path, out| {
+            let bytes = (path.bytes.growth_bytes, path.growth_share);
+            path_entry(report, rank, path, bytes, "growth", out)
+        },
+    )
 }
 
 fn cow_paths(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
-    let paths = report.top_cow_paths(top);
-    if paths.is_empty() {
-        return Ok(());
-    }
-    writeln!(out)?;
-    writeln!(
+    ranked_section(
+        "Top copy-on-write paths (pages shared with the parent, un-shared by a write)",
+        &report.top_cow_paths(top),
+        None,
         out,
-        "Top copy-on-write paths (pages shared with the parent, un-shared by a write)"
-    )?;
-    for (rank, path) in paths.into_iter().enumerate() {
-        let bytes = (path.bytes.cow_bytes, path.cow_share);
-        path_entry(report, rank + 1, path, bytes, "copy-on-write", out)?;
-    }
-    Ok(())
+        |rank, path, out| {
+            let bytes = (path.bytes.cow_bytes, path.cow_share);
+            path_entry(report, rank, path, bytes, "copy-on-write", out)
+        },
+    )
 }
 
 /// One ranked path: `(bytes, share)` of the measure named `what`, then its
@@ -244,9 +258,7 @@ fn path_entry(
     what: &str,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    let command = report
-        .process(path.tgid)
-        .map_or_else(|| "?".to_owned(), |p| process_label(&p.cmdline));
+    let command = report.label(path.tgid);
     writeln!(
         out,
         "{rank:>3}. {:>10}  {:>5.1}% of tgid {}'s sampled {what}  {command}",
@@ -311,8 +323,8 @@ mod tests {
     use memtrace_common::MemoryEvent;
 
     use super::*;
-    use crate::aggregate::{Aggregator, MemorySample, RunMeta};
-    use crate::report::test_support::{self, native, py};
+    use crate::aggregate::test_support::{native, prefork_report, py, sample, server_report, MIB};
+    use crate::aggregate::{Aggregator, RunMeta};
 
     fn written() -> WrittenFiles {
         WrittenFiles {
@@ -335,7 +347,7 @@ mod tests {
 
     #[test]
     fn process_table_is_sorted_by_growth() {
-        let text = render_text(&test_support::report(), 10);
+        let text = render_text(&server_report(), 10);
         let worker = line_with(&text, "    101  worker");
         let root = line_with(&text, "    100  root");
         assert!(text.find(worker) < text.find(root), "{text}");
@@ -366,7 +378,7 @@ mod tests {
 
     #[test]
     fn merged_paths_come_first_and_rank_a_leak_by_its_total_over_workers() {
-        let text = render_text(&test_support::prefork_report(), 10);
+        let text = render_text(&prefork_report(), 10);
         let expected = "Top growth paths across processes \
                         (sampled resident anonymous growth summed over processes; \
                         innermost frame first)\n\
@@ -391,34 +403,27 @@ mod tests {
 
     #[test]
     fn per_process_paths_follow_with_the_transient_path_first() {
-        let text = render_text(&test_support::prefork_report(), 10);
+        let text = render_text(&prefork_report(), 10);
         let per_process = section(&text, PER_PROCESS);
         let ranks: Vec<&str> = per_process
             .lines()
             .filter(|l| l.contains("% of tgid"))
             .collect();
-        assert_eq!(ranks.len(), 4, "{per_process}");
-        assert!(
-            ranks[0].starts_with("  1.   16.0 MiB   61.5% of tgid 101's sampled growth"),
-            "{per_process}"
-        );
-        assert!(
-            ranks[1].contains("10.0 MiB   38.5% of tgid 101's"),
-            "{per_process}"
-        );
-        assert!(
-            ranks[2].contains("10.0 MiB  100.0% of tgid 102's"),
-            "{per_process}"
-        );
-        assert!(
-            ranks[3].contains("10.0 MiB  100.0% of tgid 103's"),
-            "{per_process}"
-        );
+        let expected = [
+            "  1.   16.0 MiB   61.5% of tgid 101's sampled growth",
+            "  2.   10.0 MiB   38.5% of tgid 101's sampled growth",
+            "  3.   10.0 MiB  100.0% of tgid 102's sampled growth",
+            "  4.   10.0 MiB  100.0% of tgid 103's sampled growth",
+        ];
+        assert_eq!(ranks.len(), expected.len(), "{per_process}");
+        for (rank, want) in ranks.iter().zip(expected) {
+            assert!(rank.starts_with(want), "{per_process}");
+        }
     }
 
     #[test]
     fn growth_paths_show_share_and_frames_innermost_first_native_last() {
-        let text = render_text(&test_support::report(), 10);
+        let text = render_text(&server_report(), 10);
         let expected = "  1.   36.0 MiB   75.0% of tgid 101's sampled growth  python3 server.py\n\
                         \x20       append (app/cache.py:42)\n\
                         \x20       handle (app/views.py:10)\n\
@@ -436,7 +441,7 @@ mod tests {
 
     #[test]
     fn top_limits_the_merged_paths_and_caps_the_per_process_ones() {
-        let text = render_text(&test_support::prefork_report(), 1);
+        let text = render_text(&prefork_report(), 1);
         assert!(section(&text, MERGED).contains("  1.   30.0 MiB"), "{text}");
         assert!(!section(&text, MERGED).contains("  2. "), "{text}");
         assert!(
@@ -474,21 +479,16 @@ mod tests {
     fn many_paths_report(n: u32) -> Report {
         let mut agg = Aggregator::new(0);
         for i in 0..n {
-            agg.memory(MemorySample {
-                tgid: 1,
-                ts_ns: 0,
-                event: MemoryEvent::AnonGrowth,
-                len_bytes: 4096,
-                weight_bytes: u64::from(i + 1) * test_support::MIB,
-                stack: vec![py(&format!("f{i}"), "m.py", i), native("malloc")],
-            });
+            let stack = [py(&format!("f{i}"), "m.py", i), native("malloc")];
+            let weight_bytes = u64::from(i + 1) * MIB;
+            agg.memory(sample(1, MemoryEvent::AnonGrowth, weight_bytes, &stack));
         }
         agg.finish(0, RunMeta::default())
     }
 
     #[test]
     fn cow_paths_records_warnings_and_files_are_listed() {
-        let text = render_text(&test_support::report(), 10);
+        let text = render_text(&server_report(), 10);
         assert!(text.contains("Top copy-on-write paths"), "{text}");
         assert!(
             text.contains("  1.    4.0 KiB  100.0% of tgid 101's sampled copy-on-write"),

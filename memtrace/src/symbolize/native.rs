@@ -50,10 +50,11 @@ impl NativeSymbolizer {
     /// Name of the function containing address `ip` of process `tgid`
     /// (demangled, without offset). When the containing file has no symbol
     /// for it, `"<file name>+0x<file offset>"` (e.g. `"libc.so.6+0x1234"`).
-    /// `None` when `ip` is 0, not mapped, in an anonymous mapping, or the
-    /// process is gone.
+    /// `None` when `ip` is not mapped (0 never is; the app does not ask for
+    /// it), in an anonymous mapping, or the process is gone; also for tgid 0,
+    /// which blazesym would take as this process.
     pub fn symbolize(&mut self, tgid: u32, ip: u64) -> Option<String> {
-        if ip == 0 || tgid == 0 {
+        if tgid == 0 {
             return None;
         }
         if let Some(name) = self.cache.get(&tgid).and_then(|by_ip| by_ip.get(&ip)) {
@@ -123,11 +124,20 @@ mod tests {
         assert_eq!(memtrace_symbolize_test_target(2), 6);
         let name = symbolizer.symbolize(own_tgid(), ip + 1);
         assert_eq!(name.as_deref(), Some("memtrace_symbolize_test_target"));
+        let cached = |s: &NativeSymbolizer| {
+            s.cache
+                .get(&own_tgid())
+                .and_then(|by_ip| by_ip.get(&(ip + 1)))
+                .cloned()
+        };
         // Served from the cache, then recomputed after forget.
+        assert_eq!(cached(&symbolizer), Some(name.clone()));
         assert_eq!(symbolizer.symbolize(own_tgid(), ip + 1), name);
         symbolizer.forget(own_tgid());
+        assert_eq!(cached(&symbolizer), None);
         assert!(symbolizer.cache.is_empty());
         assert_eq!(symbolizer.symbolize(own_tgid(), ip + 1), name);
+        assert_eq!(cached(&symbolizer), Some(name.clone()));
     }
 
     #[test]
