@@ -60,6 +60,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         match cli.command {
             Command::Record(args) => record(args.pids, args.common).await,
             Command::Run(args) => run_command(&args.command, args.common).await,
+            Command::Report(args) => crate::capture::report_command(&args),
+            Command::Diff(args) => crate::diff::run(&args),
         }
     })
 }
@@ -463,7 +465,7 @@ impl Session {
         if let Some(reason) = stop {
             eprintln!("memtrace: stopped: {}", describe(reason));
         }
-        report::table::render(&report, common.top, &written, &mut stdout)
+        report::table::render(&report, common.render.top, &written, &mut stdout)
             .context("cannot print the report")?;
         Ok(ExitCode::SUCCESS)
     }

@@ -24,6 +24,88 @@ pub enum Command {
     /// Start a command and trace it (and what it forks) from its first
     /// instruction until it exits, Ctrl-C, SIGTERM or --duration.
     Run(RunArgs),
+    /// Render a capture file written by `record`/`run --capture` (no root
+    /// needed, any machine).
+    Report(ReportArgs),
+    /// Which growth paths grew between two captures, or between two times of
+    /// one capture.
+    Diff(DiffArgs),
+}
+
+/// Output formats of a report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// The terminal summary.
+    Table,
+    /// Folded stacks (Brendan Gregg), weight in bytes.
+    Folded,
+    /// Everything, as JSON.
+    Json,
+    /// An SVG flame graph of growth paths (inferno).
+    Flamegraph,
+    /// JSON that speedscope.app opens.
+    Speedscope,
+    /// Gzipped profile.proto (go tool pprof, Grafana Pyroscope).
+    Pprof,
+    /// One self-contained HTML page: process tree, RSS charts, paths,
+    /// flame graph, diagnosis.
+    Html,
+}
+
+/// Arguments of `memtrace report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The capture file.
+    #[arg(value_name = "FILE")]
+    pub capture: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write to this file (or, with --per-process, this folder) instead of
+    /// standard output.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Options shared with the formats of `record`/`run`.
+    #[command(flatten)]
+    pub render: RenderArgs,
+}
+
+/// How reports are drawn (`report`, and the --format outputs of `record`/`run`).
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// Flame graphs drawn as icicles (roots at the top).
+    #[arg(long)]
+    pub inverted: bool,
+    /// One flame graph per process instead of one for the whole tree.
+    #[arg(long)]
+    pub per_process: bool,
+    /// Growth paths shown in the table and HTML report.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+}
+
+/// Arguments of `memtrace diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The earlier capture (or the only one, with --from/--to).
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+    /// The later capture; omit it to compare two times of BEFORE.
+    #[arg(value_name = "AFTER")]
+    pub after: Option<PathBuf>,
+    /// With one capture: the earlier time, from the start of the capture
+    /// (e.g. `30s`).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "to")]
+    pub from: Option<Duration>,
+    /// With one capture: the later time, from the start of the capture.
+    #[arg(long, value_parser = humantime::parse_duration, requires = "from")]
+    pub to: Option<Duration>,
+    /// `table` or `flamegraph` (a differential flame graph).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write to this file instead of standard output.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
 }
 
 /// Arguments of `memtrace record`.
@@ -78,10 +160,18 @@ pub struct CommonArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
           value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     pub sample_bytes: u64,
-    /// Growth paths shown in the terminal report.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub top: usize,
-    /// No progress line while recording.
+    /// Also write a capture file here: aggregated data, flushed every
+    /// second, that `memtrace report` renders later.
+    #[arg(short = 'o', long = "capture", value_name = "FILE")]
+    pub capture: Option<PathBuf>,
+    /// Extra report files to write to --output-dir at the end (repeat for
+    /// several); the table, folded stacks and JSON are always written.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Vec<Format>,
+    /// How reports are drawn.
+    #[command(flatten)]
+    pub render: RenderArgs,
+    /// No live view while recording.
     #[arg(long, short)]
     pub quiet: bool,
 }

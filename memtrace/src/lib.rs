@@ -6,15 +6,21 @@
 //! `process` (process tree: roles, forks, exits, /proc) →
 //! `python` / `symbolize` (CPython layout per process; code objects and
 //! native instructions to names, files and lines) →
-//! `aggregate` (per process, per stack, over time) →
-//! `report` (terminal table, folded stacks, JSON).
-//! `app` wires the steps together for the `record` and `run` commands.
+//! `aggregate` (per process, per stack, over time; `capture` writes it to a
+//! file as it goes and replays it) →
+//! `diagnose` (which growth pattern, with evidence) →
+//! `report` (table, folded stacks, JSON, flame graph, speedscope, pprof,
+//! HTML); `diff` compares two captures or two times of one.
+//! `app` wires the steps together for each command.
 #![deny(missing_docs)]
 
 pub mod aggregate;
 pub mod app;
 pub mod bpf;
+pub mod capture;
 pub mod cli;
+pub mod diagnose;
+pub mod diff;
 pub mod events;
 pub mod process;
 pub mod python;
