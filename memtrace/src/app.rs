@@ -1,12 +1,15 @@
 //! Wires the data flow together for `record` and `run`: load and attach the
 //! eBPF programs, add the targets, then loop: drain the ring buffer, resolve
-//! stacks, aggregate, sample the kernel's per-process counters, probe new
-//! processes for CPython, show progress; on stop, write and print the report.
+//! stacks, aggregate (and, with `--capture`, write the capture file), sample
+//! the kernel's per-process counters, probe new processes for CPython, show
+//! progress; on stop, diagnose, write the report files and print the report.
 
 use std::{
-    io::IsTerminal as _,
+    fs::File,
+    io::BufWriter,
+    path::{Path, PathBuf},
     process::{Child, ExitCode},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::{Context as _, Result};
@@ -19,8 +22,11 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::{
     aggregate::{Aggregator, Frame, MemorySample, ProcessStart, PythonStatus, Role, RunMeta},
     bpf::{Tracer, TracerOptions},
-    cli::{Cli, Command, CommonArgs},
+    capture::{CaptureWriter, Header, Recorder, CAPTURE_VERSION},
+    cli::{Cli, Command, CommonArgs, Format},
+    diagnose,
     events::{Record, RecordReader},
+    live::{LiveView, MAX_PATHS_SHOWN},
     process::{
         launch::spawn_held,
         proc::{self, command_line},
@@ -38,6 +44,8 @@ const TICK: Duration = Duration::from_millis(200);
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 /// Bytes pending in the ring buffer before the kernel wakes the reader.
 const WAKEUP_THRESHOLD_BYTES: u64 = 256 * 1024;
+/// How often the capture file is flushed.
+const CAPTURE_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long after a process appears (or execs) it is probed for CPython on
 /// every drain rather than every tick: an interpreter initialises within
 /// milliseconds and a short script may be done growing soon after. A process
@@ -70,7 +78,8 @@ async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
     for &pid in &pids {
         proc::check_exists(pid)?;
     }
-    let (mut session, mut reader) = Session::start(&common)?;
+    let command = format!("memtrace record --pid {}", join(&pids));
+    let (mut session, mut reader) = Session::start(&common, &command)?;
     for &pid in &pids {
         session.add_target(pid, None, Role::Root)?;
         if !common.no_follow_forks {
@@ -84,29 +93,28 @@ async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
             }
         }
     }
-    let command = format!("memtrace record --pid {}", join(&pids));
     session.trace(&mut reader, &common, None).await?;
-    session.finish(&reader, &common, command)
+    session.finish(&reader, &common)
 }
 
 async fn run_command(argv: &[std::ffi::OsString], common: CommonArgs) -> Result<ExitCode> {
-    let (mut session, mut reader) = Session::start(&common)?;
+    let command = argv
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let (mut session, mut reader) = Session::start(&common, &command)?;
     let held = spawn_held(argv)?;
     // Until its execve the child is a copy of memtrace: its RSS is left
     // unknown (no growth is computed from it), and the kernel side restarts
     // the counters from zero when execve installs the new address space.
     session.add_target_counters(held.pid, None, Role::Root, ProcessCounters::default())?;
     let mut child = held.release()?;
-    let command = argv
-        .iter()
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
     session
         .trace(&mut reader, &common, Some(&mut child))
         .await?;
     stop_child(&mut child);
-    session.finish(&reader, &common, command)
+    session.finish(&reader, &common)
 }
 
 fn join(pids: &[u32]) -> String {
@@ -147,7 +155,9 @@ enum StopReason {
 struct Session {
     tracer: Tracer,
     tree: ProcessTree,
-    aggregator: Aggregator,
+    /// The aggregator, and the capture writer with `--capture`.
+    recorder: Recorder<BufWriter<File>>,
+    command: String,
     resolver: FrameResolver,
     symbolizer: NativeSymbolizer,
     started: Instant,
@@ -164,9 +174,9 @@ fn monotonic_ns() -> u64 {
 }
 
 impl Session {
-    /// Loads and attaches the kernel side; returns the session and the
-    /// reader of its ring buffer.
-    fn start(common: &CommonArgs) -> Result<(Self, RecordReader)> {
+    /// Loads and attaches the kernel side and creates the capture file;
+    /// returns the session and the reader of its ring buffer.
+    fn start(common: &CommonArgs, command: &str) -> Result<(Self, RecordReader)> {
         check_output_dir(&common.output_dir)?;
         let options = TracerOptions {
             sample_interval_bytes: common.sample_bytes,
@@ -178,10 +188,20 @@ impl Session {
         let reader =
             RecordReader::new(tracer.take_records()?).context("cannot watch the ring buffer")?;
         let start_ns = monotonic_ns();
+        let writer = match &common.capture {
+            Some(path) => Some(create_capture(
+                path,
+                command,
+                start_ns,
+                common.sample_bytes,
+            )?),
+            None => None,
+        };
         let session = Self {
             tracer,
             tree: ProcessTree::default(),
-            aggregator: Aggregator::new(start_ns),
+            recorder: Recorder::new(Aggregator::new(start_ns), writer),
+            command: command.to_owned(),
             resolver: FrameResolver::default(),
             symbolizer: NativeSymbolizer::default(),
             started: Instant::now(),
@@ -209,14 +229,14 @@ impl Session {
     ) -> Result<()> {
         self.tracer.trace_process(tgid, counters)?;
         self.tree.add(tgid, parent, role);
-        self.aggregator.process_started(ProcessStart {
+        self.recorder.process_started(ProcessStart {
             tgid,
             parent_tgid: parent,
             role,
             cmdline: command_line(tgid),
             ts_ns: monotonic_ns(),
         });
-        self.aggregator.counters(tgid, monotonic_ns(), &counters);
+        self.recorder.counters(tgid, monotonic_ns(), &counters);
         self.probe_python(tgid);
         Ok(())
     }
@@ -231,8 +251,9 @@ impl Session {
         let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
         let deadline = common.duration.map(|d| tokio::time::Instant::now() + d);
         let mut drain = tokio::time::interval(DRAIN_INTERVAL);
-        let mut progress = Progress::new(common.quiet);
+        let mut live = LiveView::new(common.quiet);
         let mut last_tick = Instant::now();
+        let mut last_flush = Instant::now();
         while self.stop_reason.is_none() {
             tokio::select! {
                 ready = reader.wait_readable() => ready.context("ring buffer poll failed")?,
@@ -246,7 +267,16 @@ impl Session {
             if last_tick.elapsed() >= TICK {
                 last_tick = Instant::now();
                 self.tick();
-                progress.show(self.started.elapsed(), reader.records(), &self.aggregator);
+                let elapsed = self.started.elapsed();
+                if live.due(elapsed) {
+                    let snapshot = self.recorder.aggregator().live_snapshot(MAX_PATHS_SHOWN);
+                    let dropped = self.tracer.dropped_records().unwrap_or(0);
+                    live.show(elapsed, reader.records(), dropped, &snapshot);
+                }
+                if last_flush.elapsed() >= CAPTURE_FLUSH_INTERVAL {
+                    last_flush = Instant::now();
+                    self.flush_capture();
+                }
                 reap(&mut child);
                 if self.tree.all_exited() {
                     self.stop_reason = Some(StopReason::AllExited);
@@ -254,9 +284,22 @@ impl Session {
             }
         }
         reader.drain(|record| self.handle(record));
-        progress.finish();
+        live.finish();
         self.tick();
         Ok(())
+    }
+
+    /// Flushes the capture file; a write error stops the capture (one
+    /// warning) while tracing goes on.
+    fn flush_capture(&mut self) {
+        self.recorder.flush();
+        if let Some(err) = self.recorder.take_capture_error() {
+            eprintln!(
+                "memtrace: warning: {:#}; the capture stops here (it holds what was flushed \
+                 until now), tracing goes on",
+                anyhow::Error::from(err)
+            );
+        }
     }
 
     fn handle(&mut self, record: Record) {
@@ -272,7 +315,7 @@ impl Session {
 
     fn on_fork(&mut self, parent: u32, child: u32, ts_ns: u64) {
         self.tree.add(child, Some(parent), Role::Worker);
-        self.aggregator.process_started(ProcessStart {
+        self.recorder.process_started(ProcessStart {
             tgid: child,
             parent_tgid: Some(parent),
             role: Role::Worker,
@@ -292,8 +335,7 @@ impl Session {
         self.tree.exec(tgid);
         self.resolver.forget(tgid);
         self.symbolizer.forget(tgid);
-        self.aggregator
-            .process_exec(tgid, ts_ns, command_line(tgid));
+        self.recorder.process_exec(tgid, ts_ns, command_line(tgid));
         // The new program's first RSS reading: its start.
         self.sample_counters_of(tgid, ts_ns);
     }
@@ -301,7 +343,7 @@ impl Session {
     /// Feeds one process's kernel counters to the aggregator now.
     fn sample_counters_of(&mut self, tgid: u32, ts_ns: u64) {
         if let Ok(Some(counters)) = self.tracer.counters_of(tgid) {
-            self.aggregator.counters(tgid, ts_ns, &counters);
+            self.recorder.counters(tgid, ts_ns, &counters);
         }
     }
 
@@ -320,7 +362,7 @@ impl Session {
         }) {
             self.set_python_status(tgid, PythonStatus::NotPython);
         }
-        self.aggregator.process_exited(tgid, ts_ns);
+        self.recorder.process_exited(tgid, ts_ns);
         self.tree.exit(tgid);
         self.resolver.forget(tgid);
         self.symbolizer.forget(tgid);
@@ -332,7 +374,7 @@ impl Session {
             return; // decode() already rejected unknown events
         };
         let stack = self.stack(record);
-        self.aggregator.memory(MemorySample {
+        self.recorder.memory(MemorySample {
             tgid: record.header.tgid,
             ts_ns: record.header.ts_ns,
             event,
@@ -400,7 +442,7 @@ impl Session {
         if let Ok(all) = self.tracer.counters() {
             for (tgid, counters) in &all {
                 if self.tree.get(*tgid).is_some_and(|p| !p.exited) {
-                    self.aggregator.counters(*tgid, now_ns, counters);
+                    self.recorder.counters(*tgid, now_ns, counters);
                 }
             }
         }
@@ -439,28 +481,37 @@ impl Session {
     }
 
     fn set_python_status(&mut self, tgid: u32, status: PythonStatus) {
-        self.aggregator.python_status(tgid, status.clone());
+        self.recorder.python_status(tgid, status.clone());
         self.tree.set_python(tgid, PythonState::Known(status));
     }
 
-    fn finish(
-        self,
-        reader: &RecordReader,
-        common: &CommonArgs,
-        command: String,
-    ) -> Result<ExitCode> {
+    /// Ends the run: closes the capture, diagnoses, writes the report files
+    /// (folded stacks, JSON, and each `--format`) and prints the table.
+    fn finish(self, reader: &RecordReader, common: &CommonArgs) -> Result<ExitCode> {
+        let end_ns = monotonic_ns().max(self.start_ns);
         let meta = RunMeta {
-            command,
-            duration_ns: self.started.elapsed().as_nanos() as u64,
+            command: self.command,
+            // From the records' clock, so a replayed capture ends where
+            // this report ends.
+            duration_ns: end_ns - self.start_ns,
             records: reader.records(),
             dropped_records: self.tracer.dropped_records().unwrap_or(0),
             decode_errors: reader.decode_errors(),
             sample_interval_bytes: self.sample_interval_bytes,
         };
         let stop = self.stop_reason;
-        let end_ns = monotonic_ns().max(self.start_ns);
-        let report = self.aggregator.finish(end_ns, meta);
+        let (mut report, capture_error) = self.recorder.finish(end_ns, meta);
+        if let Some(err) = capture_error {
+            eprintln!(
+                "memtrace: warning: {:#}; the capture holds what was flushed before",
+                anyhow::Error::from(err)
+            );
+        }
+        report.diagnosis = diagnose::diagnose(&report);
         let written = write_report_files(&report, &common.output_dir)?;
+        for path in write_format_files(&report, common, &written.folded)? {
+            eprintln!("memtrace: wrote {}", path.display());
+        }
         let mut stdout = std::io::stdout().lock();
         if let Some(reason) = stop {
             eprintln!("memtrace: stopped: {}", describe(reason));
@@ -469,6 +520,76 @@ impl Session {
             .context("cannot print the report")?;
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// Creates the capture file of `--capture` with its header, before any
+/// tracing (a path that cannot be written fails here).
+fn create_capture(
+    path: &Path,
+    command: &str,
+    start_ns: u64,
+    sample_interval_bytes: u64,
+) -> Result<CaptureWriter<BufWriter<File>>> {
+    let created_unix_s = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let header = Header {
+        memtrace_capture: CAPTURE_VERSION,
+        created_unix_s,
+        command: command.to_owned(),
+        start_ns,
+        sample_interval_bytes,
+    };
+    Ok(CaptureWriter::create(path, &header)?)
+}
+
+/// File name ending of each `--format` written at the end of `record`/`run`
+/// (after the `memtrace-<UTC stamp>` stem of the folded and JSON files);
+/// `None` for the formats always written (folded, JSON).
+fn format_extension(format: Format) -> Option<&'static str> {
+    match format {
+        Format::Table => Some("txt"),
+        Format::Flamegraph => Some("svg"),
+        Format::Speedscope => Some("speedscope.json"),
+        Format::Pprof => Some("pb.gz"),
+        Format::Html => Some("html"),
+        Format::Folded | Format::Json => None,
+    }
+}
+
+/// Writes each `--format` of `common` next to the folded stacks file
+/// `folded` (same stem, [`format_extension`]); with `--per-process`, the
+/// flame graph as one file per process (`flamegraph-tgid-<tgid>.svg`).
+/// Returns the files written.
+fn write_format_files(
+    report: &report::Report,
+    common: &CommonArgs,
+    folded: &Path,
+) -> Result<Vec<PathBuf>> {
+    let options = report::RenderOptions {
+        inverted: common.render.inverted,
+        top: common.render.top,
+    };
+    let dir = folded.parent().unwrap_or(Path::new("."));
+    let mut written = Vec::new();
+    for &format in &common.format {
+        if format == Format::Flamegraph && common.render.per_process {
+            written.extend(report::render_per_process(report, format, &options, dir)?);
+            continue;
+        }
+        let Some(extension) = format_extension(format) else {
+            continue;
+        };
+        let path = folded.with_extension(extension);
+        let file = File::create(&path)
+            .with_context(|| format!("cannot create report file `{}`", path.display()))?;
+        let mut out = BufWriter::new(file);
+        report::render(report, format, &options, &mut out)?;
+        std::io::Write::flush(&mut out)
+            .with_context(|| format!("cannot write report file `{}`", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 /// Fails early, before any tracing, if report files cannot be written to
@@ -530,46 +651,5 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// The progress line on stderr: elapsed time, records, RSS of the live tree.
-/// Rewritten in place on a terminal, printed every 5 s otherwise.
-struct Progress {
-    quiet: bool,
-    terminal: bool,
-    last_line: Instant,
-}
-
-impl Progress {
-    fn new(quiet: bool) -> Self {
-        Self {
-            quiet,
-            terminal: std::io::stderr().is_terminal(),
-            last_line: Instant::now(),
-        }
-    }
-
-    fn show(&mut self, elapsed: Duration, records: u64, aggregator: &Aggregator) {
-        if self.quiet || (!self.terminal && self.last_line.elapsed() < Duration::from_secs(5)) {
-            return;
-        }
-        self.last_line = Instant::now();
-        let line = format!(
-            "memtrace: {:>6.1} s  {records} records  RSS of traced processes {}",
-            elapsed.as_secs_f64(),
-            report::format_bytes(aggregator.live_rss_bytes()),
-        );
-        if self.terminal {
-            eprint!("\r{line}\x1b[K");
-        } else {
-            eprintln!("{line}");
-        }
-    }
-
-    fn finish(&self) {
-        if self.terminal && !self.quiet {
-            eprintln!();
-        }
     }
 }

@@ -22,6 +22,7 @@ pub mod cli;
 pub mod diagnose;
 pub mod diff;
 pub mod events;
+pub mod live;
 pub mod process;
 pub mod python;
 pub mod report;

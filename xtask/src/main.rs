@@ -5,6 +5,7 @@
 
 mod bench;
 mod setup;
+mod test_tools;
 
 use std::{
     path::{Path, PathBuf},
@@ -163,6 +164,9 @@ fn test(args: &[String]) -> Result<()> {
             "note: not root: integration tests that load eBPF programs will print why they skip"
         );
     }
+    // The consumers the format tests read reports back with: go tool pprof,
+    // headless chromium, the speedscope web app.
+    test_tools::ensure()?;
     // Build first so the test run itself is not timed against compilation.
     check(Command::new("cargo").args(["build", "--workspace", "--tests"]))?;
     let mut harness_args = vec!["--test-threads=1"];

@@ -4,10 +4,11 @@
 //! Pure data: nothing here touches BPF or /proc, so it is driven by synthetic
 //! inputs in tests (memray's aggregator tests are the model). Per process it
 //! keeps an RSS timeline and the latest exact counters; per (process, stack)
-//! it sums sampled bytes by kind of event, and at the end merges those sums
-//! per stack across processes (a leak repeated in every worker of a pre-fork
-//! service). Stacks are interned ([`StackId`]).
+//! it sums sampled bytes by kind of event, overall and per time bucket, and
+//! at the end merges those sums per stack across processes (a leak repeated
+//! in every worker of a pre-fork service). Stacks are interned ([`StackId`]).
 
+mod buckets;
 mod snapshot;
 mod stacks;
 #[cfg(test)]
@@ -21,6 +22,7 @@ use std::fmt;
 use memtrace_common::{MemoryEvent, ProcessCounters};
 use serde::{Deserialize, Serialize};
 
+pub use buckets::{PathPoint, INITIAL_PATH_BUCKET_NS, MAX_PATH_BUCKETS};
 pub use snapshot::{
     ExactCounters, PathReport, ProcessReport, Report, RssSummary, RunMeta, SampledBytes,
     StackGrowthReport, Totals, Warning,
@@ -29,7 +31,8 @@ pub use stacks::StackId;
 pub use timeline::{RssPoint, MAX_TIMELINE_POINTS};
 
 use crate::python::PyLocation;
-use stacks::StackTable;
+use buckets::{BucketWidth, PathTimeline};
+pub(crate) use stacks::StackTable;
 use timeline::Timeline;
 
 /// One frame of a call stack after symbolization. JSON form:
@@ -143,8 +146,8 @@ impl PythonStatus {
     }
 }
 
-/// A process entered the trace.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A process entered the trace (also a line of a capture file).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessStart {
     /// Its tgid.
     pub tgid: u32,
@@ -227,30 +230,11 @@ impl ProcessState {
     }
 }
 
-/// Adds one sample's weight to the total its event kind belongs to.
-fn add_sample(totals: &mut SampledBytes, event: MemoryEvent, weight_bytes: u64) {
-    let slot = match event {
-        MemoryEvent::AnonGrowth => &mut totals.growth_bytes,
-        MemoryEvent::CowFault => &mut totals.cow_bytes,
-        MemoryEvent::Mmap | MemoryEvent::MremapGrow | MemoryEvent::BrkGrow => {
-            &mut totals.mapped_bytes
-        }
-        MemoryEvent::Munmap
-        | MemoryEvent::MremapShrink
-        | MemoryEvent::BrkShrink
-        | MemoryEvent::MadviseFree => &mut totals.unmapped_bytes,
-    };
-    *slot = slot.saturating_add(weight_bytes);
-    totals.samples = totals.samples.saturating_add(1);
-}
-
-/// Sums `b` into `a`.
-fn merge_sampled(a: &mut SampledBytes, b: &SampledBytes) {
-    a.growth_bytes = a.growth_bytes.saturating_add(b.growth_bytes);
-    a.cow_bytes = a.cow_bytes.saturating_add(b.cow_bytes);
-    a.mapped_bytes = a.mapped_bytes.saturating_add(b.mapped_bytes);
-    a.unmapped_bytes = a.unmapped_bytes.saturating_add(b.unmapped_bytes);
-    a.samples = a.samples.saturating_add(b.samples);
+/// Sampled bytes of one (process, stack) path: totals and per time bucket.
+#[derive(Debug, Default)]
+struct PathState {
+    bytes: SampledBytes,
+    timeline: PathTimeline,
 }
 
 /// `part / whole` as a fraction, 0 when `whole` is 0.
@@ -270,7 +254,8 @@ pub struct Aggregator {
     start_ns: u64,
     processes: BTreeMap<u32, ProcessState>,
     stacks: StackTable,
-    paths: HashMap<(u32, StackId), SampledBytes>,
+    paths: HashMap<(u32, StackId), PathState>,
+    path_bucket: BucketWidth,
     live_processes: u64,
     peak_live_processes: u64,
     live_rss_bytes: u64,
@@ -285,6 +270,7 @@ impl Aggregator {
             processes: BTreeMap::new(),
             stacks: StackTable::default(),
             paths: HashMap::new(),
+            path_bucket: BucketWidth::default(),
             live_processes: 0,
             peak_live_processes: 0,
             live_rss_bytes: 0,
@@ -392,17 +378,40 @@ impl Aggregator {
         }
     }
 
-    /// One sampled memory event: its weight is added to its (process, stack)
-    /// path. A process never announced is created as a worker with an unknown
-    /// command line.
+    /// One sampled memory event: converted to [`SampledBytes`] and added
+    /// with [`Aggregator::path_delta`].
     pub fn memory(&mut self, s: MemorySample) {
-        self.process_mut(s.tgid, s.ts_ns);
-        let stack = self.stacks.intern(s.stack);
-        add_sample(
-            self.paths.entry((s.tgid, stack)).or_default(),
-            s.event,
-            s.weight_bytes,
-        );
+        let bytes = SampledBytes::from_event(s.event, s.weight_bytes);
+        self.path_delta(s.tgid, s.ts_ns, s.stack, bytes);
+    }
+
+    /// Sampled bytes of `tgid` with `stack` (outermost frame first) at
+    /// `ts_ns`: the single way sampled bytes enter (live samples through
+    /// [`Aggregator::memory`], capture replays directly). Added to the path's
+    /// totals and to its time bucket; the bucket width doubles first if
+    /// `ts_ns` lies beyond [`MAX_PATH_BUCKETS`] buckets. A process never
+    /// announced is created as a worker with an unknown command line.
+    pub fn path_delta(&mut self, tgid: u32, ts_ns: u64, stack: Vec<Frame>, bytes: SampledBytes) {
+        let t_ns = self.relative(ts_ns);
+        self.fit_path_buckets(t_ns);
+        self.process_mut(tgid, ts_ns);
+        let stack = self.stacks.intern(stack);
+        let path = self.paths.entry((tgid, stack)).or_default();
+        path.bytes.merge(&bytes);
+        path.timeline.add(self.path_bucket, t_ns, &bytes);
+    }
+
+    /// Widens the path buckets (merging neighbours in every path) until
+    /// `t_ns` since the run start falls within [`MAX_PATH_BUCKETS`] buckets.
+    fn fit_path_buckets(&mut self, t_ns: u64) {
+        let doublings = self.path_bucket.doublings_to_fit(t_ns);
+        if doublings == 0 {
+            return;
+        }
+        self.path_bucket = self.path_bucket.doubled(doublings);
+        for path in self.paths.values_mut() {
+            path.timeline.rebucket(self.path_bucket);
+        }
     }
 
     /// Current RSS summed over live processes, in bytes (for a progress line).
@@ -410,8 +419,33 @@ impl Aggregator {
         self.live_rss_bytes
     }
 
-    /// Ends the run at `end_ns` and builds the report.
-    pub fn finish(self, end_ns: u64, meta: RunMeta) -> Report {
+    /// What the live view shows now: live processes with their latest RSS,
+    /// and the `top` largest growth paths so far.
+    pub fn live_snapshot(&self, top: usize) -> crate::live::LiveSnapshot {
+        let processes = self
+            .processes
+            .iter()
+            .filter(|(_, state)| state.is_live())
+            .map(|(&tgid, state)| crate::live::LiveProcess {
+                tgid,
+                label: snapshot::process_label(&state.cmdline),
+                rss_bytes: state.rss_now_bytes(),
+            })
+            .collect();
+        let paths = self
+            .paths
+            .iter()
+            .map(|(&(_, stack), path)| (self.stacks.frames(stack), path.bytes.growth_bytes));
+        crate::live::LiveSnapshot {
+            processes,
+            top_paths: crate::live::LiveSnapshot::top_paths(paths, top),
+        }
+    }
+
+    /// Ends the run at `end_ns` and builds the report (with an empty
+    /// [`Report::diagnosis`]: the caller fills it).
+    pub fn finish(mut self, end_ns: u64, meta: RunMeta) -> Report {
+        self.fit_path_buckets(self.relative(end_ns));
         let sampled = self.sampled_by_process();
         let processes = self.process_reports(end_ns, &sampled);
         let paths = self.path_reports(&sampled);
@@ -426,6 +460,8 @@ impl Aggregator {
             paths,
             growth_stacks,
             warnings,
+            path_bucket_ns: self.path_bucket.ns(),
+            diagnosis: Vec::new(),
         }
     }
 }
@@ -435,8 +471,8 @@ impl Aggregator {
     /// Sampled totals per process: the sums of its paths.
     fn sampled_by_process(&self) -> HashMap<u32, SampledBytes> {
         let mut sampled: HashMap<u32, SampledBytes> = HashMap::new();
-        for (&(tgid, _), bytes) in &self.paths {
-            merge_sampled(sampled.entry(tgid).or_default(), bytes);
+        for (&(tgid, _), path) in &self.paths {
+            sampled.entry(tgid).or_default().merge(&path.bytes);
         }
         sampled
     }
@@ -497,14 +533,16 @@ impl Aggregator {
         let mut paths: Vec<PathReport> = self
             .paths
             .iter()
-            .map(|(&(tgid, stack), bytes)| {
+            .map(|(&(tgid, stack), path)| {
                 let process = sampled.get(&tgid).copied().unwrap_or_default();
+                let bytes = path.bytes;
                 PathReport {
                     tgid,
                     stack,
-                    bytes: *bytes,
+                    bytes,
                     growth_share: share(bytes.growth_bytes, process.growth_bytes),
                     cow_share: share(bytes.cow_bytes, process.cow_bytes),
+                    timeline: path.timeline.points().to_vec(),
                 }
             })
             .collect();
@@ -523,10 +561,10 @@ impl Aggregator {
     /// descending, ties by frames.
     fn growth_stack_reports(&self, all_growth_bytes: u64) -> Vec<StackGrowthReport> {
         let mut merged: HashMap<StackId, (SampledBytes, BTreeSet<u32>)> = HashMap::new();
-        for (&(tgid, stack), bytes) in &self.paths {
+        for (&(tgid, stack), path) in &self.paths {
             let (sum, tgids) = merged.entry(stack).or_default();
-            merge_sampled(sum, bytes);
-            if bytes.growth_bytes > 0 {
+            sum.merge(&path.bytes);
+            if path.bytes.growth_bytes > 0 {
                 tgids.insert(tgid);
             }
         }
@@ -578,11 +616,11 @@ impl Aggregator {
     /// carries it, in reason order.
     fn incomplete_stack_warnings(&self) -> Vec<Warning> {
         let mut samples_by_reason: BTreeMap<&str, u64> = BTreeMap::new();
-        for (&(_, stack), bytes) in &self.paths {
+        for (&(_, stack), path) in &self.paths {
             for frame in self.stacks.frames(stack) {
                 if let Frame::Unknown { reason } = frame {
                     let samples = samples_by_reason.entry(reason.as_str()).or_default();
-                    *samples = samples.saturating_add(bytes.samples);
+                    *samples = samples.saturating_add(path.bytes.samples);
                 }
             }
         }
@@ -614,7 +652,7 @@ impl Aggregator {
                     totals.anon_growth_bytes.saturating_add(c.anon_growth_bytes);
                 totals.cow_fault_bytes = totals.cow_fault_bytes.saturating_add(c.cow_fault_bytes);
             }
-            merge_sampled(&mut totals.sampled, &p.sampled);
+            totals.sampled.merge(&p.sampled);
         }
         totals
     }
@@ -661,6 +699,98 @@ mod tests {
         assert_eq!(report.processes[0].sampled, expected);
         assert_eq!(report.totals.sampled, expected);
         assert_eq!(report.paths[0].growth_share, 1.0);
+    }
+
+    #[test]
+    fn path_deltas_sum_totals_and_fill_time_buckets() {
+        let second = INITIAL_PATH_BUCKET_NS;
+        let mut agg = Aggregator::new(1_000);
+        agg.process_started(start(1, None, Role::Root, 1_000));
+        let stack = vec![py("main", 1), native("malloc")];
+        let growth = SampledBytes::from_event(MemoryEvent::AnonGrowth, MIB);
+        let cow = SampledBytes::from_event(MemoryEvent::CowFault, 4096);
+        agg.path_delta(1, 1_000 + 10, stack.clone(), growth);
+        agg.path_delta(1, 1_000 + second / 2, stack.clone(), cow);
+        agg.path_delta(1, 1_000 + 3 * second, stack.clone(), growth);
+        // Before the run start: counted in the first bucket.
+        agg.path_delta(1, 0, stack.clone(), growth);
+        let report = agg.finish(1_000 + 4 * second, meta());
+        assert_eq!(report.path_bucket_ns, second);
+        assert!(report.diagnosis.is_empty());
+        let path = &report.paths[0];
+        assert_eq!(path.bytes.growth_bytes, 3 * MIB);
+        assert_eq!(path.bytes.samples, 4);
+        assert_eq!(
+            path.timeline,
+            vec![
+                PathPoint {
+                    t_ns: 0,
+                    growth_bytes: 2 * MIB,
+                    cow_bytes: 4096,
+                    unmapped_bytes: 0,
+                },
+                PathPoint {
+                    t_ns: 3 * second,
+                    growth_bytes: MIB,
+                    ..PathPoint::default()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_samples_enter_as_path_deltas() {
+        let stack = [py("main", 1), native("malloc")];
+        let mut by_sample = Aggregator::new(0);
+        let mut by_delta = Aggregator::new(0);
+        for event in [
+            MemoryEvent::AnonGrowth,
+            MemoryEvent::Munmap,
+            MemoryEvent::Mmap,
+        ] {
+            by_sample.memory(sample(1, event, 300, &stack));
+            let bytes = SampledBytes::from_event(event, 300);
+            by_delta.path_delta(1, 50, stack.to_vec(), bytes);
+        }
+        assert_eq!(by_sample.finish(10, meta()), by_delta.finish(10, meta()));
+    }
+
+    #[test]
+    fn path_buckets_widen_so_the_run_fits_and_keep_every_byte() {
+        let second = INITIAL_PATH_BUCKET_NS;
+        let mut agg = Aggregator::new(0);
+        let a = vec![py("a", 1)];
+        let b = vec![py("b", 1)];
+        // One sample per second for 10 minutes in `a`, every 7 s in `b`.
+        for t in 0..600 {
+            agg.path_delta(
+                1,
+                t * second,
+                a.clone(),
+                SampledBytes::from_event(MemoryEvent::AnonGrowth, 1),
+            );
+            if t % 7 == 0 {
+                let bytes = SampledBytes::from_event(MemoryEvent::MadviseFree, 2);
+                agg.path_delta(2, t * second + 1, b.clone(), bytes);
+            }
+        }
+        // The run ends later than the last sample: it must fit too.
+        let report = agg.finish(1_000 * second, meta());
+        assert_eq!(report.path_bucket_ns, 16 * second);
+        assert!(1_000 * second / report.path_bucket_ns < MAX_PATH_BUCKETS);
+        for path in &report.paths {
+            let width = report.path_bucket_ns;
+            assert!(path.timeline.iter().all(|p| p.t_ns % width == 0));
+            assert!(path.timeline.windows(2).all(|w| w[0].t_ns < w[1].t_ns));
+            let growth: u64 = path.timeline.iter().map(|p| p.growth_bytes).sum();
+            let unmapped: u64 = path.timeline.iter().map(|p| p.unmapped_bytes).sum();
+            assert_eq!(growth, path.bytes.growth_bytes);
+            assert_eq!(unmapped, path.bytes.unmapped_bytes);
+        }
+        let a_path = report.paths.iter().find(|p| p.tgid == 1).unwrap();
+        assert_eq!(a_path.timeline.len(), 38); // ceil(600 / 16)
+        assert_eq!(a_path.timeline[0].growth_bytes, 16);
+        assert_eq!(a_path.timeline[37].growth_bytes, 600 - 37 * 16);
     }
 
     #[test]

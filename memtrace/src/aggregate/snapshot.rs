@@ -6,8 +6,12 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use memtrace_common::MemoryEvent;
+
+use super::buckets::{PathPoint, INITIAL_PATH_BUCKET_NS};
 use super::stacks::frames_of;
 use super::{rank_key, Frame, PythonStatus, Role, RssPoint, StackId};
+use crate::diagnose::Finding;
 
 /// Facts about the run that the aggregator cannot see, given by the caller
 /// to [`crate::aggregate::Aggregator::finish`].
@@ -96,6 +100,39 @@ pub struct SampledBytes {
     pub samples: u64,
 }
 
+impl SampledBytes {
+    /// One sample: `weight_bytes` in the total its `event` belongs to, and
+    /// a sample count of 1.
+    pub fn from_event(event: MemoryEvent, weight_bytes: u64) -> Self {
+        let mut bytes = Self {
+            samples: 1,
+            ..Self::default()
+        };
+        let slot = match event {
+            MemoryEvent::AnonGrowth => &mut bytes.growth_bytes,
+            MemoryEvent::CowFault => &mut bytes.cow_bytes,
+            MemoryEvent::Mmap | MemoryEvent::MremapGrow | MemoryEvent::BrkGrow => {
+                &mut bytes.mapped_bytes
+            }
+            MemoryEvent::Munmap
+            | MemoryEvent::MremapShrink
+            | MemoryEvent::BrkShrink
+            | MemoryEvent::MadviseFree => &mut bytes.unmapped_bytes,
+        };
+        *slot = weight_bytes;
+        bytes
+    }
+
+    /// Sums `other` into these totals (saturating).
+    pub fn merge(&mut self, other: &Self) {
+        self.growth_bytes = self.growth_bytes.saturating_add(other.growth_bytes);
+        self.cow_bytes = self.cow_bytes.saturating_add(other.cow_bytes);
+        self.mapped_bytes = self.mapped_bytes.saturating_add(other.mapped_bytes);
+        self.unmapped_bytes = self.unmapped_bytes.saturating_add(other.unmapped_bytes);
+        self.samples = self.samples.saturating_add(other.samples);
+    }
+}
+
 /// Resident-memory summary of one process, from its first and last counter
 /// reads that carried RSS and its high-water mark (not from the downsampled
 /// timeline).
@@ -156,7 +193,7 @@ impl ProcessReport {
 
 /// Short name of a process: its command line with whitespace collapsed, cut
 /// to 60 characters; `?` when empty.
-fn process_label(cmdline: &str) -> String {
+pub(crate) fn process_label(cmdline: &str) -> String {
     const MAX_CHARS: usize = 60;
     let collapsed = cmdline.split_whitespace().collect::<Vec<_>>().join(" ");
     if collapsed.is_empty() {
@@ -185,6 +222,12 @@ pub struct PathReport {
     /// `bytes.cow_bytes` as a fraction (0..=1) of the process's sampled
     /// copy-on-write bytes; 0 when the process has none.
     pub cow_share: f64,
+    /// This path's sampled bytes per time bucket of
+    /// [`Report::path_bucket_ns`], oldest first; buckets without growth,
+    /// copy-on-write or unmapped bytes are left out. Absent in reports
+    /// written before it existed (read back as empty).
+    #[serde(default)]
+    pub timeline: Vec<PathPoint>,
 }
 
 /// One call stack's sampled bytes summed over every process it ran in: the
@@ -316,6 +359,22 @@ pub struct Report {
     pub growth_stacks: Vec<StackGrowthReport>,
     /// Caveats, most important first.
     pub warnings: Vec<Warning>,
+    /// Width of the time buckets of [`PathReport::timeline`], in
+    /// nanoseconds: 1 s doubled as often as needed for the whole run to fit
+    /// in [`crate::aggregate::MAX_PATH_BUCKETS`] buckets.
+    #[serde(default = "initial_path_bucket_ns")]
+    pub path_bucket_ns: u64,
+    /// Growth patterns found, strongest first: empty from
+    /// [`crate::aggregate::Aggregator::finish`]; filled by the caller with
+    /// [`crate::diagnose::diagnose`].
+    #[serde(default)]
+    pub diagnosis: Vec<Finding>,
+}
+
+/// Serde default of [`Report::path_bucket_ns`] for reports written before
+/// it existed.
+fn initial_path_bucket_ns() -> u64 {
+    INITIAL_PATH_BUCKET_NS
 }
 
 impl Report {

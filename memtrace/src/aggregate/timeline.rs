@@ -22,6 +22,14 @@ pub struct RssPoint {
     pub file_bytes: u64,
     /// Resident shared-memory bytes (`MM_SHMEMPAGES`).
     pub shmem_bytes: u64,
+    /// User page faults seen so far (cumulative: activity between two points
+    /// is the increase). Absent in reports written before it existed (0).
+    #[serde(default)]
+    pub page_faults: u64,
+    /// Address-space syscalls (mmap, munmap, mremap, brk, madvise) seen so
+    /// far (cumulative). Absent in reports written before it existed (0).
+    #[serde(default)]
+    pub syscalls: u64,
 }
 
 impl RssPoint {
@@ -50,6 +58,8 @@ impl RssPoint {
             anon_bytes,
             file_bytes,
             shmem_bytes,
+            page_faults: counters.page_faults,
+            syscalls: counters.syscalls,
         })
     }
 }
@@ -143,8 +153,11 @@ mod tests {
         assert_eq!(RssPoint::from_counters(5, &counters), None);
         counters.rss_bytes = [100, 200, 4000, 30];
         counters.rss_known = (1 << MM_ANONPAGES) | (1 << MM_SHMEMPAGES);
+        counters.page_faults = 17;
+        counters.syscalls = 3;
         let p = RssPoint::from_counters(5, &counters).unwrap();
         assert_eq!(p.rss_bytes, 230);
+        assert_eq!((p.page_faults, p.syscalls), (17, 3));
         assert_eq!((p.anon_bytes, p.file_bytes, p.shmem_bytes), (200, 0, 30));
         assert_eq!(p.t_ns, 5);
     }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use crate::aggregate::{Frame, Report};
+use crate::aggregate::{Frame, PathReport, Report};
 
 /// Writes one line per (process, stack) with sampled growth > 0:
 /// `<command> (tgid N);<outermost frame>;...;<innermost frame> <bytes>`.
@@ -17,16 +17,18 @@ use crate::aggregate::{Frame, Report};
 /// # Errors
 /// Any error of `out`.
 pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
-    for (stack, bytes) in lines(report) {
+    for (stack, bytes) in lines(report, None) {
         writeln!(out, "{stack} {bytes}")?;
     }
     Ok(())
 }
 
-/// Folded stack → summed growth bytes, sorted.
-fn lines(report: &Report) -> BTreeMap<String, u64> {
+/// Folded stack (without the count) → summed growth bytes, sorted: the lines
+/// of [`render`], of all processes or only of `tgid`.
+pub(crate) fn lines(report: &Report, tgid: Option<u32>) -> BTreeMap<String, u64> {
     let mut lines = BTreeMap::new();
-    for path in report.paths.iter().filter(|p| p.bytes.growth_bytes > 0) {
+    let wanted = |p: &&PathReport| p.bytes.growth_bytes > 0 && tgid.is_none_or(|t| t == p.tgid);
+    for path in report.paths.iter().filter(wanted) {
         let mut line = sanitize(&format!("{} (tgid {})", report.label(path.tgid), path.tgid));
         for frame in report.frames(path.stack) {
             line.push(';');
@@ -81,8 +83,23 @@ mod tests {
         let first = report.paths[0].stack;
         let second = report.paths[1].stack;
         report.stacks[second.0 as usize] = report.stacks[first.0 as usize].clone();
-        let text = lines(&report);
+        let text = lines(&report, None);
         assert_eq!(text.len(), 1);
         assert_eq!(text.values().copied().collect::<Vec<_>>(), vec![48 * MIB]);
+    }
+
+    #[test]
+    fn lines_of_one_process_leave_the_others_out() {
+        let report = crate::aggregate::test_support::prefork_report();
+        let of_102 = lines(&report, Some(102));
+        assert_eq!(of_102.len(), 1);
+        let (stack, bytes) = of_102.iter().next().unwrap();
+        assert!(
+            stack.starts_with("gunicorn app:wsgi (tgid 102);"),
+            "{stack}"
+        );
+        assert_eq!(*bytes, 10 * MIB);
+        assert_eq!(lines(&report, None).len(), 4);
+        assert!(lines(&report, Some(100)).is_empty());
     }
 }

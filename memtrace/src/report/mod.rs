@@ -1,12 +1,22 @@
-//! Report step of the data flow (last): renders an aggregated [`Report`] as
-//! a terminal table ([`table`]), folded stacks ([`folded`]) and JSON
-//! ([`json`]). Renderers are generic over the writer, so tests render into a
-//! `Vec<u8>`; [`write_files`] puts the folded stacks and the JSON next to
-//! each other in an output folder.
+//! Report step of the data flow (last): renders an aggregated [`Report`] in
+//! each [`Format`]: a terminal table ([`table`]), folded stacks ([`folded`]),
+//! JSON ([`json`]), an SVG flame graph ([`flamegraph`]), speedscope JSON
+//! ([`speedscope`]), gzipped pprof ([`pprof`]) and one self-contained HTML
+//! page ([`html`]). [`render`] picks the renderer; renderers are generic over
+//! the writer, so tests render into a `Vec<u8>`. [`write_files`] puts the
+//! folded stacks and the JSON next to each other in an output folder;
+//! [`render_per_process`] writes one flame graph per process.
 
+pub mod flamegraph;
 pub mod folded;
+#[cfg(test)]
+mod golden;
+pub mod html;
 pub mod json;
+pub mod pprof;
+pub mod speedscope;
 pub mod table;
+mod text;
 mod units;
 
 use std::fs::File;
@@ -15,14 +25,118 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 pub use crate::aggregate::Report;
+use crate::cli::Format;
 pub use units::{format_bytes, format_signed_bytes};
+
+/// How a report is drawn (from `--inverted` and `--top`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// Flame graphs drawn as icicles (roots at the top).
+    pub inverted: bool,
+    /// Growth paths listed in the table and the HTML report.
+    pub top: usize,
+}
+
+impl Default for RenderOptions {
+    /// Upright flame graphs, 10 paths (the CLI defaults).
+    fn default() -> Self {
+        Self {
+            inverted: false,
+            top: 10,
+        }
+    }
+}
+
+/// Writes `report` in `format` to `out`. The table has no line naming
+/// report files (use [`table::render`] for that).
+///
+/// # Errors
+/// [`ReportError::Render`] when `out` fails.
+pub fn render(
+    report: &Report,
+    format: Format,
+    options: &RenderOptions,
+    out: &mut dyn Write,
+) -> Result<(), ReportError> {
+    let result = match format {
+        Format::Table => table::render_summary(report, options.top, out),
+        Format::Folded => folded::render(report, out),
+        Format::Json => json::render(report, out),
+        Format::Flamegraph => flamegraph::render(report, options, None, out),
+        Format::Speedscope => speedscope::render(report, out),
+        Format::Pprof => pprof::render(report, out),
+        Format::Html => html::render(report, options, out),
+    };
+    result.map_err(|source| ReportError::Render {
+        format: format_name(format),
+        source,
+    })
+}
+
+/// Writes one flame graph per traced process into `dir` (which must exist):
+/// `flamegraph-tgid-<tgid>.svg`, in the order of [`Report::processes`],
+/// existing files overwritten. Only [`Format::Flamegraph`] has a
+/// per-process form.
+///
+/// # Errors
+/// [`ReportError::NotPerProcess`] for other formats; [`ReportError::Write`]
+/// when a file cannot be written.
+pub fn render_per_process(
+    report: &Report,
+    format: Format,
+    options: &RenderOptions,
+    dir: &Path,
+) -> Result<Vec<PathBuf>, ReportError> {
+    if format != Format::Flamegraph {
+        return Err(ReportError::NotPerProcess {
+            format: format_name(format),
+        });
+    }
+    let mut written = Vec::with_capacity(report.processes.len());
+    for process in &report.processes {
+        let path = dir.join(format!("flamegraph-tgid-{}.svg", process.tgid));
+        write_one(&path, |w| {
+            flamegraph::render(report, options, Some(process.tgid), w)
+        })?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// The `--format` value naming `format` (`table`, `flamegraph`, ...).
+pub fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Table => "table",
+        Format::Folded => "folded",
+        Format::Json => "json",
+        Format::Flamegraph => "flamegraph",
+        Format::Speedscope => "speedscope",
+        Format::Pprof => "pprof",
+        Format::Html => "html",
+    }
+}
 
 /// Most numbered alternatives [`write_files`] tries when a name is taken.
 const MAX_NAME_ATTEMPTS: u32 = 100;
 
-/// Errors writing report files.
+/// Errors rendering a report or writing report files.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// Rendering into the caller's writer failed.
+    #[error("cannot write the `{format}` report")]
+    Render {
+        /// The format (`--format` value).
+        format: &'static str,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// `--per-process` was asked for a format that has no per-process form.
+    #[error("format `{format}` has no per-process form (only `flamegraph` has)")]
+    NotPerProcess {
+        /// The format (`--format` value).
+        format: &'static str,
+    },
     /// A report file could not be created or written.
     #[error("cannot write report file `{}`", path.display())]
     Write {

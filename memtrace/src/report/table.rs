@@ -1,5 +1,7 @@
 //! Terminal renderer of the report step: the summary a user reads when
-//! tracing stops. Processes by RSS growth, then the top growth paths merged
+//! tracing stops. The diagnosis first (each finding with its evidence, code
+//! paths and next step), then processes by RSS growth, then the top growth
+//! paths merged
 //! across processes (a leak a pre-fork service repeats in every worker ranks
 //! by its total), a shorter per-process list, the copy-on-write paths, each
 //! with its frames, then data-quality lines, warnings and where the files
@@ -7,8 +9,12 @@
 
 use std::io::{self, Write};
 
-use super::{format_bytes, format_signed_bytes, WrittenFiles};
+use super::{format_bytes, format_signed_bytes, text, WrittenFiles};
 use crate::aggregate::{Frame, PathReport, ProcessReport, PythonStatus, Report, StackGrowthReport};
+use crate::diagnose::Finding;
+
+/// Most code paths printed per finding.
+const MAX_PATHS_PER_FINDING: usize = 3;
 
 /// Most Python frames printed per path (innermost ones); the rest are counted.
 const MAX_FRAMES_SHOWN: usize = 12;
@@ -23,8 +29,8 @@ const MAX_TGIDS_SHOWN: usize = 8;
 /// Nanoseconds per second, for durations shown in seconds.
 const NS_PER_S: f64 = 1e9;
 
-/// Writes the terminal summary of `report` to `out`: a header line, the
-/// process table (sorted by RSS growth), the run totals, the `top` growth
+/// Writes the terminal summary of `report` to `out`: the diagnosis, a
+/// header line, the process table (sorted by RSS growth), the run totals, the `top` growth
 /// paths merged across processes, the `min(top, 5)` largest (process,
 /// stack) growth paths (that many in total, not per process) and the `top`
 /// copy-on-write paths (each with its frames, innermost Python frame first
@@ -39,6 +45,16 @@ pub fn render(
     written: &WrittenFiles,
     out: &mut dyn Write,
 ) -> io::Result<()> {
+    render_summary(report, top, out)?;
+    files(written, out)
+}
+
+/// [`render`] without the lines naming the report files.
+///
+/// # Errors
+/// Any error of `out`.
+pub fn render_summary(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    diagnosis(report, out)?;
     header(report, out)?;
     processes(report, out)?;
     totals(report, out)?;
@@ -49,7 +65,58 @@ pub fn render(
     for warning in &report.warnings {
         writeln!(out, "warning: {warning}")?;
     }
-    files(written, out)
+    Ok(())
+}
+
+/// The findings, most important first, then a blank line; nothing when the
+/// report was not diagnosed.
+fn diagnosis(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    let findings = text::findings(report);
+    if findings.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "Diagnosis")?;
+    for (rank, finding) in findings.iter().enumerate() {
+        finding_entry(report, rank + 1, finding, out)?;
+    }
+    writeln!(out)
+}
+
+/// One finding: `N. pattern (scope): summary`, the caveat of a weak one,
+/// its evidence, its top code paths and the next step.
+fn finding_entry(
+    report: &Report,
+    rank: usize,
+    finding: &Finding,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "{rank:>3}. {} ({}): {}",
+        text::pattern_name(finding.pattern),
+        text::scope_text(report, finding.scope),
+        finding.summary
+    )?;
+    if let Some(caveat) = text::weakness(finding.strength) {
+        writeln!(out, "       {caveat}")?;
+    }
+    for evidence in &finding.evidence {
+        writeln!(out, "       - {evidence}")?;
+    }
+    for stack in finding.paths.iter().take(MAX_PATHS_PER_FINDING) {
+        writeln!(out, "       path: {}", text::path_line(report, *stack))?;
+    }
+    if finding.paths.len() > MAX_PATHS_PER_FINDING {
+        writeln!(
+            out,
+            "       … {} more paths",
+            finding.paths.len() - MAX_PATHS_PER_FINDING
+        )?;
+    }
+    if !finding.next_step.is_empty() {
+        writeln!(out, "       next step: {}", finding.next_step)?;
+    }
+    Ok(())
 }
 
 fn header(report: &Report, out: &mut dyn Write) -> io::Result<()> {

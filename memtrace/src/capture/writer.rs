@@ -1,0 +1,240 @@
+//! Capture writing, beside the aggregation step: the app feeds the writer
+//! the same calls it feeds the [`crate::aggregate::Aggregator`]; process
+//! lifecycle and counter reads are written as they come, sampled bytes are
+//! summed per (process, stack) and written at each flush (once a second) or
+//! when a new second of the run starts, new stacks first.
+//!
+//! A write error (full disk, removed folder) disables the writer: it is kept
+//! for [`CaptureWriter::take_error`], nothing more is written, and the file
+//! holds everything up to the last successful write (a cut last line is
+//! dropped by the reader).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use memtrace_common::ProcessCounters;
+
+use super::format::{
+    CountersLine, ExecLine, ExitLine, Header, Line, PathDelta, PathsLine, PythonLine,
+};
+use super::CaptureError;
+use crate::aggregate::{
+    Frame, ProcessStart, PythonStatus, RunMeta, SampledBytes, StackId, StackTable,
+    INITIAL_PATH_BUCKET_NS,
+};
+
+/// Sampled bytes not yet written: all from one second of the run.
+#[derive(Debug, Default)]
+struct PendingPaths {
+    /// Per (stack, tgid): stack first so lines list stacks in id order.
+    deltas: BTreeMap<(StackId, u32), SampledBytes>,
+    /// The second of the run (since `start_ns`) they belong to.
+    second: u64,
+    /// Time of the earliest of them.
+    ts_ns: u64,
+}
+
+/// Writes one capture file incrementally. Feed it in record order, call
+/// [`CaptureWriter::flush`] about once a second and
+/// [`CaptureWriter::finish`] at the end.
+#[derive(Debug)]
+pub struct CaptureWriter<W: Write> {
+    /// The file, for error messages.
+    path: PathBuf,
+    /// `None` once a write failed.
+    out: Option<W>,
+    /// The error that disabled the writer, until taken.
+    error: Option<CaptureError>,
+    start_ns: u64,
+    /// Capture stack ids (first-seen order, as the aggregator's).
+    stacks: StackTable,
+    /// Stacks interned since the last `stacks` line.
+    unwritten_stacks: Vec<StackId>,
+    pending: PendingPaths,
+}
+
+impl CaptureWriter<BufWriter<File>> {
+    /// Creates (or truncates) the capture file at `path` and writes its
+    /// header line through to the file, so a path that cannot be written
+    /// fails here, before tracing starts.
+    ///
+    /// # Errors
+    /// [`CaptureError::Write`] when the file cannot be created or written.
+    pub fn create(path: &Path, header: &Header) -> Result<Self, CaptureError> {
+        let file = File::create(path).map_err(|source| CaptureError::Write {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut writer = Self::new(path, BufWriter::new(file), header)?;
+        writer.flush();
+        match writer.take_error() {
+            Some(err) => Err(err),
+            None => Ok(writer),
+        }
+    }
+}
+
+impl<W: Write> CaptureWriter<W> {
+    /// A writer into `out` (buffered by the caller), named `path` in
+    /// errors; writes the header line.
+    ///
+    /// # Errors
+    /// [`CaptureError::Write`] when the header cannot be written.
+    pub fn new(path: &Path, out: W, header: &Header) -> Result<Self, CaptureError> {
+        let mut writer = Self {
+            path: path.to_owned(),
+            out: Some(out),
+            error: None,
+            start_ns: header.start_ns,
+            stacks: StackTable::default(),
+            unwritten_stacks: Vec::new(),
+            pending: PendingPaths::default(),
+        };
+        writer.write_line(header);
+        match writer.take_error() {
+            Some(err) => Err(err),
+            None => Ok(writer),
+        }
+    }
+
+    /// See [`crate::aggregate::Aggregator::process_started`].
+    pub fn process_started(&mut self, p: &ProcessStart) {
+        self.write_line(&Line::Process(p.clone()));
+    }
+
+    /// See [`crate::aggregate::Aggregator::process_exec`].
+    pub fn process_exec(&mut self, tgid: u32, ts_ns: u64, cmdline: &str) {
+        self.write_line(&Line::Exec(ExecLine {
+            tgid,
+            ts_ns,
+            cmdline: cmdline.to_owned(),
+        }));
+    }
+
+    /// See [`crate::aggregate::Aggregator::process_exited`].
+    pub fn process_exited(&mut self, tgid: u32, ts_ns: u64) {
+        self.write_line(&Line::Exit(ExitLine { tgid, ts_ns }));
+    }
+
+    /// See [`crate::aggregate::Aggregator::python_status`].
+    pub fn python_status(&mut self, tgid: u32, status: &PythonStatus) {
+        let status = status.clone();
+        self.write_line(&Line::Python(PythonLine { tgid, status }));
+    }
+
+    /// See [`crate::aggregate::Aggregator::counters`].
+    pub fn counters(&mut self, tgid: u32, ts_ns: u64, counters: &ProcessCounters) {
+        self.write_line(&Line::Counters(CountersLine {
+            tgid,
+            ts_ns,
+            counters: *counters,
+        }));
+    }
+
+    /// See [`crate::aggregate::Aggregator::path_delta`]: summed until the
+    /// next flush, or written first if it belongs to another second of the
+    /// run than the bytes already pending.
+    pub fn path_delta(&mut self, tgid: u32, ts_ns: u64, stack: &[Frame], bytes: SampledBytes) {
+        if self.out.is_none() {
+            return;
+        }
+        let second = ts_ns.saturating_sub(self.start_ns) / INITIAL_PATH_BUCKET_NS;
+        if !self.pending.deltas.is_empty() && second != self.pending.second {
+            self.write_pending_paths();
+        }
+        if self.pending.deltas.is_empty() {
+            self.pending.second = second;
+            self.pending.ts_ns = ts_ns;
+        }
+        self.pending.ts_ns = self.pending.ts_ns.min(ts_ns);
+        let known = self.stacks.len();
+        let stack = self.stacks.intern_slice(stack);
+        if self.stacks.len() > known {
+            self.unwritten_stacks.push(stack);
+        }
+        self.pending
+            .deltas
+            .entry((stack, tgid))
+            .or_default()
+            .merge(&bytes);
+    }
+
+    /// Writes the pending sampled bytes and pushes everything written so far
+    /// to the file.
+    pub fn flush(&mut self) {
+        self.write_pending_paths();
+        if let Some(out) = self.out.as_mut() {
+            if let Err(source) = out.flush() {
+                self.fail(source);
+            }
+        }
+    }
+
+    /// Writes the pending sampled bytes and the `end` line, and flushes.
+    ///
+    /// # Errors
+    /// The error that disabled the writer, if [`CaptureWriter::take_error`]
+    /// has not returned it yet.
+    pub fn finish(mut self, meta: &RunMeta) -> Result<(), CaptureError> {
+        self.write_pending_paths();
+        self.write_line(&Line::End(meta.clone()));
+        self.flush();
+        self.take_error().map_or(Ok(()), Err)
+    }
+
+    /// The write error that disabled the writer, once.
+    pub fn take_error(&mut self) -> Option<CaptureError> {
+        self.error.take()
+    }
+
+    /// Writes the stacks not written yet, then the pending sampled bytes.
+    fn write_pending_paths(&mut self) {
+        if self.pending.deltas.is_empty() {
+            return;
+        }
+        if !self.unwritten_stacks.is_empty() {
+            let stacks = std::mem::take(&mut self.unwritten_stacks)
+                .into_iter()
+                .map(|id| (id, self.stacks.frames(id).to_vec()))
+                .collect();
+            self.write_line(&Line::Stacks(stacks));
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let deltas = pending
+            .deltas
+            .into_iter()
+            .map(|((stack, tgid), bytes)| PathDelta(tgid, stack, bytes))
+            .collect();
+        self.write_line(&Line::Paths(PathsLine {
+            ts_ns: pending.ts_ns,
+            deltas,
+        }));
+    }
+
+    /// Writes `value` (the header or a [`Line`]) as one JSON line; a failure
+    /// disables the writer.
+    fn write_line<T: serde::Serialize>(&mut self, value: &T) {
+        let Some(out) = self.out.as_mut() else {
+            return;
+        };
+        let result = serde_json::to_writer(&mut *out, value)
+            .map_err(io::Error::from)
+            .and_then(|()| out.write_all(b"\n"));
+        if let Err(source) = result {
+            self.fail(source);
+        }
+    }
+
+    /// Disables the writer after `source`.
+    fn fail(&mut self, source: io::Error) {
+        self.out = None;
+        self.unwritten_stacks.clear();
+        self.pending = PendingPaths::default();
+        self.error = Some(CaptureError::Write {
+            path: self.path.clone(),
+            source,
+        });
+    }
+}

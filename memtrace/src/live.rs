@@ -1,0 +1,534 @@
+//! Live view of `record`/`run`, beside the aggregation step: every ~2 s the
+//! app hands it a [`LiveSnapshot`] of the aggregator's current state, and it
+//! draws elapsed time, records, drops, the live processes with RSS and
+//! growth rate, and the top growth paths so far, on standard error.
+//!
+//! On a terminal the view is redrawn in place (ANSI escapes: cursor up,
+//! clear to the end of the screen, line wrap off while drawing so long lines
+//! are clipped instead of wrapped); otherwise one plain line per refresh;
+//! nothing at all with `--quiet`.
+
+use std::collections::HashMap;
+use std::io::{self, IsTerminal, Write};
+use std::time::Duration;
+
+use crate::aggregate::Frame;
+use crate::report::{format_bytes, format_signed_bytes};
+
+/// Time between two refreshes of the view.
+pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Most processes listed on a terminal (largest RSS first); the rest are
+/// counted.
+const MAX_PROCESSES_SHOWN: usize = 10;
+
+/// Most growth paths listed on a terminal.
+pub const MAX_PATHS_SHOWN: usize = 5;
+
+/// ANSI: stop wrapping long lines (DECAWM off) / wrap again.
+const WRAP_OFF: &str = "\x1b[?7l";
+const WRAP_ON: &str = "\x1b[?7h";
+/// ANSI: clear from the cursor to the end of the screen.
+const CLEAR_BELOW: &str = "\x1b[J";
+
+/// One live process, as the aggregator knows it now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveProcess {
+    /// Its tgid.
+    pub tgid: u32,
+    /// Short name (`ProcessReport::label` form).
+    pub label: String,
+    /// Latest RSS reading, in bytes (0 before the first).
+    pub rss_bytes: u64,
+}
+
+/// One growth path so far: where it allocates and how much it grew.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LivePath {
+    /// Its innermost Python frame (the innermost frame when it has no
+    /// Python frame), as `Frame`'s display text.
+    pub frame: String,
+    /// Sampled resident growth so far, summed over processes, in bytes.
+    pub growth_bytes: u64,
+}
+
+/// What the view shows of the aggregator's state; plain data, filled by the
+/// aggregator (see [`LiveSnapshot::top_paths`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveSnapshot {
+    /// The processes alive now, any order.
+    pub processes: Vec<LiveProcess>,
+    /// The largest growth paths so far, largest first.
+    pub top_paths: Vec<LivePath>,
+}
+
+impl LiveSnapshot {
+    /// The `top` largest growth paths of `stacks` — (frames outermost first,
+    /// sampled growth bytes) pairs, e.g. every (process, stack) path of the
+    /// aggregator — merged by [`LivePath::frame`], largest first, ties by
+    /// frame text; stacks without growth are left out.
+    pub fn top_paths<'a>(
+        stacks: impl IntoIterator<Item = (&'a [Frame], u64)>,
+        top: usize,
+    ) -> Vec<LivePath> {
+        let mut merged: HashMap<String, u64> = HashMap::new();
+        for (frames, growth_bytes) in stacks {
+            if growth_bytes == 0 {
+                continue;
+            }
+            let sum = merged.entry(innermost_frame(frames)).or_default();
+            *sum = sum.saturating_add(growth_bytes);
+        }
+        let mut paths: Vec<LivePath> = merged
+            .into_iter()
+            .map(|(frame, growth_bytes)| LivePath {
+                frame,
+                growth_bytes,
+            })
+            .collect();
+        paths.sort_by(|a, b| (b.growth_bytes, &a.frame).cmp(&(a.growth_bytes, &b.frame)));
+        paths.truncate(top);
+        paths
+    }
+}
+
+/// The innermost Python frame of `frames` (outermost first), else the
+/// innermost frame; `[empty stack]` for none.
+fn innermost_frame(frames: &[Frame]) -> String {
+    frames
+        .iter()
+        .rev()
+        .find(|f| matches!(f, Frame::Python { .. }))
+        .or_else(|| frames.last())
+        .map_or_else(|| "[empty stack]".to_owned(), ToString::to_string)
+}
+
+/// How the view is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Nothing (`--quiet`).
+    Quiet,
+    /// Redrawn in place on a terminal.
+    Terminal,
+    /// One plain line per refresh (standard error is a file or pipe).
+    Lines,
+}
+
+/// The previous refresh, for growth rates.
+#[derive(Debug)]
+struct Previous {
+    elapsed: Duration,
+    rss_bytes: HashMap<u32, u64>,
+}
+
+/// The live view of one run. Call [`LiveView::due`] often and
+/// [`LiveView::show`] when it says so; [`LiveView::finish`] before printing
+/// the final report.
+pub struct LiveView {
+    out: Box<dyn Write + Send>,
+    mode: Mode,
+    previous: Option<Previous>,
+    /// Lines of the frame on screen (terminal mode), to erase next time.
+    drawn_lines: usize,
+}
+
+impl std::fmt::Debug for LiveView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveView")
+            .field("mode", &self.mode)
+            .field("drawn_lines", &self.drawn_lines)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LiveView {
+    /// A view on standard error: redrawn in place when it is a terminal,
+    /// plain lines otherwise, nothing when `quiet`.
+    pub fn new(quiet: bool) -> Self {
+        let stderr = io::stderr();
+        let mode = if quiet {
+            Mode::Quiet
+        } else if stderr.is_terminal() {
+            Mode::Terminal
+        } else {
+            Mode::Lines
+        };
+        Self::with_writer(Box::new(stderr), mode)
+    }
+
+    fn with_writer(out: Box<dyn Write + Send>, mode: Mode) -> Self {
+        Self {
+            out,
+            mode,
+            previous: None,
+            drawn_lines: 0,
+        }
+    }
+
+    /// Whether a refresh is due at `elapsed` (time since tracing started):
+    /// [`REFRESH_INTERVAL`] after the previous one (or after the start);
+    /// never when quiet.
+    pub fn due(&self, elapsed: Duration) -> bool {
+        let last = self.previous.as_ref().map_or(Duration::ZERO, |p| p.elapsed);
+        self.mode != Mode::Quiet && elapsed.saturating_sub(last) >= REFRESH_INTERVAL
+    }
+
+    /// Draws `snapshot` taken at `elapsed` after `records` ring-buffer
+    /// records were read and `dropped_records` lost. Growth rates are per
+    /// second over the time since the previous call. Write errors are
+    /// ignored: the view must not stop the trace.
+    pub fn show(
+        &mut self,
+        elapsed: Duration,
+        records: u64,
+        dropped_records: u64,
+        snapshot: &LiveSnapshot,
+    ) {
+        let rates = self.rates(elapsed, snapshot);
+        let status = Status {
+            elapsed,
+            records,
+            dropped_records,
+            snapshot,
+            rates: &rates,
+        };
+        // Ignored on purpose: a closed or full stderr must not end tracing.
+        let _ = match self.mode {
+            Mode::Quiet => Ok(()),
+            Mode::Terminal => self.redraw(&status),
+            Mode::Lines => writeln!(self.out, "{}", status.line()).and_then(|()| self.out.flush()),
+        };
+        self.previous = Some(Previous {
+            elapsed,
+            rss_bytes: snapshot
+                .processes
+                .iter()
+                .map(|p| (p.tgid, p.rss_bytes))
+                .collect(),
+        });
+    }
+
+    /// Erases the view from the terminal (the final report follows); no-op
+    /// otherwise.
+    pub fn finish(&mut self) {
+        if self.mode == Mode::Terminal && self.drawn_lines > 0 {
+            // Ignored on purpose, as in `show`.
+            let _ = self.erase().and_then(|()| self.out.flush());
+            self.drawn_lines = 0;
+        }
+    }
+
+    /// Growth rate of each process of `snapshot` since the previous refresh,
+    /// in bytes per second; absent for a process not seen then.
+    fn rates(&self, elapsed: Duration, snapshot: &LiveSnapshot) -> HashMap<u32, i64> {
+        let Some(previous) = &self.previous else {
+            return HashMap::new();
+        };
+        let seconds = elapsed.saturating_sub(previous.elapsed).as_secs_f64();
+        if seconds <= 0.0 {
+            return HashMap::new();
+        }
+        snapshot
+            .processes
+            .iter()
+            .filter_map(|p| {
+                let before = *previous.rss_bytes.get(&p.tgid)?;
+                let delta = p.rss_bytes as f64 - before as f64;
+                Some((p.tgid, (delta / seconds).round() as i64))
+            })
+            .collect()
+    }
+
+    /// Moves to the first line of the frame on screen and clears below.
+    fn erase(&mut self) -> io::Result<()> {
+        if self.drawn_lines > 0 {
+            // CSI n F: cursor to the start of the line n lines up.
+            write!(self.out, "\x1b[{}F", self.drawn_lines)?;
+        }
+        write!(self.out, "{CLEAR_BELOW}")
+    }
+
+    fn redraw(&mut self, status: &Status<'_>) -> io::Result<()> {
+        let lines = status.frame();
+        self.erase()?;
+        write!(self.out, "{WRAP_OFF}")?;
+        for line in &lines {
+            writeln!(self.out, "{line}")?;
+        }
+        write!(self.out, "{WRAP_ON}")?;
+        self.drawn_lines = lines.len();
+        self.out.flush()
+    }
+}
+
+/// One refresh's data.
+struct Status<'a> {
+    elapsed: Duration,
+    records: u64,
+    dropped_records: u64,
+    snapshot: &'a LiveSnapshot,
+    rates: &'a HashMap<u32, i64>,
+}
+
+impl Status<'_> {
+    /// Total RSS of the live processes, and its rate when every process has
+    /// one.
+    fn total(&self) -> (u64, Option<i64>) {
+        let processes = &self.snapshot.processes;
+        let rss_bytes = processes
+            .iter()
+            .fold(0_u64, |sum, p| sum.saturating_add(p.rss_bytes));
+        let rate = processes
+            .iter()
+            .map(|p| self.rates.get(&p.tgid).copied())
+            .sum::<Option<i64>>()
+            .filter(|_| !processes.is_empty());
+        (rss_bytes, rate)
+    }
+
+    /// `memtrace: 12 s, 3456 records, 0 dropped; 3 processes, RSS 1.0 MiB (+2.0 KiB/s)`.
+    fn summary(&self) -> String {
+        let (rss_bytes, rate) = self.total();
+        let count = self.snapshot.processes.len();
+        format!(
+            "memtrace: {} s, {} records, {} dropped; {count} {}, RSS {}{}",
+            self.elapsed.as_secs(),
+            self.records,
+            self.dropped_records,
+            if count == 1 { "process" } else { "processes" },
+            format_bytes(rss_bytes),
+            rate.map_or_else(String::new, |r| format!(" ({})", format_rate(r))),
+        )
+    }
+
+    /// The single line of the plain mode: the summary and the top path.
+    fn line(&self) -> String {
+        let mut line = self.summary();
+        if let Some(top) = self.snapshot.top_paths.first() {
+            line.push_str(&format!(
+                "; top growth: {} {}",
+                format_bytes(top.growth_bytes),
+                top.frame
+            ));
+        }
+        line
+    }
+
+    /// The terminal frame: summary, process table, top paths.
+    fn frame(&self) -> Vec<String> {
+        let mut lines = vec![self.summary()];
+        lines.push(format!(
+            "{:>8}  {:>10}  {:>13}  COMMAND",
+            "TGID", "RSS", "GROWTH RATE"
+        ));
+        let mut processes: Vec<&LiveProcess> = self.snapshot.processes.iter().collect();
+        processes.sort_by_key(|p| (std::cmp::Reverse(p.rss_bytes), p.tgid));
+        for p in processes.iter().take(MAX_PROCESSES_SHOWN) {
+            let rate = self
+                .rates
+                .get(&p.tgid)
+                .map_or_else(|| "-".to_owned(), |&r| format_rate(r));
+            lines.push(format!(
+                "{:>8}  {:>10}  {rate:>13}  {}",
+                p.tgid,
+                format_bytes(p.rss_bytes),
+                p.label
+            ));
+        }
+        if processes.len() > MAX_PROCESSES_SHOWN {
+            let more = processes.len() - MAX_PROCESSES_SHOWN;
+            lines.push(format!("{:>8}  … {more} more", ""));
+        }
+        lines.push("Top growth paths so far (innermost Python frame):".to_owned());
+        if self.snapshot.top_paths.is_empty() {
+            lines.push("  none yet".to_owned());
+        }
+        for path in self.snapshot.top_paths.iter().take(MAX_PATHS_SHOWN) {
+            lines.push(format!(
+                "  {:>10}  {}",
+                format_bytes(path.growth_bytes),
+                path.frame
+            ));
+        }
+        lines
+    }
+}
+
+/// A growth rate: `+1.5 MiB/s`, `-4.0 KiB/s`, `0 B/s`.
+fn format_rate(bytes_per_s: i64) -> String {
+    format!("{}/s", format_signed_bytes(bytes_per_s))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::aggregate::test_support::{leak_stack, native, parse_stack, py, MIB};
+
+    /// A writer whose bytes the test can read after the view took it.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Shared {
+        /// Everything written so far, emptied.
+        fn take(&self) -> String {
+            String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+        }
+    }
+
+    fn view(mode: Mode) -> (LiveView, Shared) {
+        let out = Shared::default();
+        (LiveView::with_writer(Box::new(out.clone()), mode), out)
+    }
+
+    fn process(tgid: u32, rss_bytes: u64) -> LiveProcess {
+        LiveProcess {
+            tgid,
+            label: format!("python3 worker.py {tgid}"),
+            rss_bytes,
+        }
+    }
+
+    fn snapshot(worker_rss_bytes: u64) -> LiveSnapshot {
+        LiveSnapshot {
+            processes: vec![process(100, 20 * MIB), process(101, worker_rss_bytes)],
+            top_paths: LiveSnapshot::top_paths([(leak_stack().as_slice(), 36 * MIB)], 5),
+        }
+    }
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn terminal_frames_redraw_in_place_with_rates() {
+        let (mut live, out) = view(Mode::Terminal);
+        live.show(2 * SECOND, 10, 0, &snapshot(20 * MIB));
+        let first = out.take();
+        assert!(first.starts_with(&format!("{CLEAR_BELOW}{WRAP_OFF}memtrace: 2 s, 10 records, 0 dropped; 2 processes, RSS 40.0 MiB\n")), "{first:?}");
+        assert!(
+            first.contains("     100    20.0 MiB              -  python3 worker.py 100\n"),
+            "{first:?}"
+        );
+        assert!(
+            first.contains("    36.0 MiB  append (app/cache.py:42)\n"),
+            "{first:?}"
+        );
+        assert!(first.ends_with(WRAP_ON), "{first:?}");
+        let lines = first.matches('\n').count();
+        assert_eq!(lines, 6, "{first:?}");
+
+        // 4 s later the worker has 8 MiB more: 2 MiB/s.
+        live.show(6 * SECOND, 99, 3, &snapshot(28 * MIB));
+        let second = out.take();
+        assert!(
+            second.starts_with(&format!("\x1b[{lines}F{CLEAR_BELOW}")),
+            "{second:?}"
+        );
+        assert!(
+            second.contains(
+                "memtrace: 6 s, 99 records, 3 dropped; 2 processes, RSS 48.0 MiB (+2.0 MiB/s)\n"
+            ),
+            "{second:?}"
+        );
+        assert!(
+            second.contains("     101    28.0 MiB     +2.0 MiB/s  python3 worker.py 101\n"),
+            "{second:?}"
+        );
+        assert!(
+            second.contains("     100    20.0 MiB          0 B/s"),
+            "{second:?}"
+        );
+
+        live.finish();
+        assert_eq!(out.take(), format!("\x1b[{lines}F{CLEAR_BELOW}"));
+    }
+
+    #[test]
+    fn plain_lines_when_not_a_terminal_and_nothing_when_quiet() {
+        let (mut live, out) = view(Mode::Lines);
+        live.show(2 * SECOND, 10, 0, &snapshot(20 * MIB));
+        live.show(4 * SECOND, 20, 0, &snapshot(16 * MIB));
+        live.finish();
+        assert_eq!(
+            out.take(),
+            "memtrace: 2 s, 10 records, 0 dropped; 2 processes, RSS 40.0 MiB; \
+             top growth: 36.0 MiB append (app/cache.py:42)\n\
+             memtrace: 4 s, 20 records, 0 dropped; 2 processes, RSS 36.0 MiB (-2.0 MiB/s); \
+             top growth: 36.0 MiB append (app/cache.py:42)\n"
+        );
+
+        let (mut quiet, out) = view(Mode::Quiet);
+        assert!(!quiet.due(10 * SECOND));
+        quiet.show(2 * SECOND, 10, 0, &snapshot(20 * MIB));
+        quiet.finish();
+        assert_eq!(out.take(), "");
+    }
+
+    #[test]
+    fn refreshes_are_due_every_interval() {
+        let (mut live, _out) = view(Mode::Lines);
+        assert!(!live.due(SECOND));
+        assert!(live.due(REFRESH_INTERVAL));
+        live.show(REFRESH_INTERVAL, 0, 0, &LiveSnapshot::default());
+        assert!(!live.due(REFRESH_INTERVAL + SECOND));
+        assert!(live.due(REFRESH_INTERVAL * 2));
+    }
+
+    #[test]
+    fn new_processes_have_no_rate_and_long_lists_are_cut() {
+        let (mut live, out) = view(Mode::Terminal);
+        live.show(2 * SECOND, 0, 0, &LiveSnapshot::default());
+        out.take();
+        let many = LiveSnapshot {
+            processes: (1..=12)
+                .map(|tgid| process(tgid, u64::from(tgid) * MIB))
+                .collect(),
+            top_paths: Vec::new(),
+        };
+        live.show(4 * SECOND, 0, 0, &many);
+        let text = out.take();
+        assert!(text.contains("12 processes, RSS 78.0 MiB\n"), "{text:?}");
+        assert!(
+            text.contains("      12    12.0 MiB              -"),
+            "{text:?}"
+        );
+        assert!(!text.contains("python3 worker.py 2\n"), "{text:?}");
+        assert!(text.contains("… 2 more\n"), "{text:?}");
+        assert!(text.contains("  none yet\n"), "{text:?}");
+    }
+
+    #[test]
+    fn top_paths_merge_by_innermost_python_frame() {
+        let stacks = [
+            (leak_stack(), 10 * MIB),
+            (leak_stack(), 5 * MIB),
+            (parse_stack("a.py"), 20 * MIB),
+            (vec![native("main"), native("malloc")], 3 * MIB),
+            (vec![py("idle", "b.py", 1)], 0),
+            (Vec::new(), MIB),
+        ];
+        let paths = LiveSnapshot::top_paths(stacks.iter().map(|(f, b)| (f.as_slice(), *b)), 3);
+        let got: Vec<(&str, u64)> = paths
+            .iter()
+            .map(|p| (p.frame.as_str(), p.growth_bytes))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("parse (a.py:7)", 20 * MIB),
+                ("append (app/cache.py:42)", 15 * MIB),
+                ("malloc", 3 * MIB),
+            ]
+        );
+    }
+}

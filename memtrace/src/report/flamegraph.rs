@@ -1,0 +1,205 @@
+//! Flame-graph renderer of the report step: the folded stacks of sampled
+//! growth ([`super::folded`]) drawn as an SVG by the inferno library, bytes
+//! as the unit, inferno's memory palette, colours chosen by name so the
+//! output is reproducible.
+
+use std::io::{self, Write};
+
+use inferno::flamegraph::{self, color::BasicPalette, Direction, Options, Palette};
+
+use super::{folded, text, RenderOptions, Report};
+
+/// Width of the drawing (inferno's default), in pixels. The standalone SVG
+/// stretches to its window with inferno's script; the inline one keeps it.
+const IMAGE_WIDTH: usize = 1200;
+
+/// Most characters of the subtitle: about what fits in [`IMAGE_WIDTH`] at
+/// inferno's default font (12 px, 0.59 em per character).
+const MAX_SUBTITLE_CHARS: usize = 160;
+
+/// Height of the SVG drawn when no growth was sampled, in pixels.
+const EMPTY_HEIGHT: usize = 60;
+
+/// Writes an SVG flame graph of the sampled resident growth of every
+/// process, or only of `tgid`: one tower per process (its root frame is
+/// `<command> (tgid N)`), frame widths in bytes. `options.inverted` draws an
+/// icicle graph. The title names the run (and the process); the subtitle is
+/// the top diagnosis finding, if any. With no sampled growth, a small SVG
+/// that says so. Interactive (search, zoom) through inferno's embedded
+/// script.
+///
+/// # Errors
+/// Any error of `out`.
+pub fn render(
+    report: &Report,
+    options: &RenderOptions,
+    tgid: Option<u32>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    draw(report, options, tgid, None, out)
+}
+
+/// [`render`] of the whole tree at a fixed width, to embed inline in a page:
+/// inferno's script only stretches a "fluid" graph by taking the page's
+/// first `<svg>` as its own, which in a page with other SVGs it is not.
+pub(crate) fn render_inline(
+    report: &Report,
+    options: &RenderOptions,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    draw(report, options, None, Some(IMAGE_WIDTH), out)
+}
+
+/// Draws the graph; `image_width` `None` is inferno's fluid width.
+fn draw(
+    report: &Report,
+    options: &RenderOptions,
+    tgid: Option<u32>,
+    image_width: Option<usize>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let lines: Vec<String> = folded::lines(report, tgid)
+        .into_iter()
+        .map(|(stack, bytes)| format!("{stack} {bytes}"))
+        .collect();
+    let title = title(report, tgid);
+    if lines.is_empty() {
+        return empty(&title, out);
+    }
+    let mut inferno = Options::default();
+    inferno.title = title;
+    inferno.subtitle = text::findings(report)
+        .first()
+        .map(|finding| subtitle(&text::finding_line(report, finding)));
+    inferno.count_name = "bytes".to_owned();
+    inferno.colors = Palette::Basic(BasicPalette::Mem);
+    inferno.deterministic = true;
+    inferno.direction = if options.inverted {
+        Direction::Inverted
+    } else {
+        Direction::Straight
+    };
+    inferno.image_width = image_width;
+    flamegraph::from_lines(&mut inferno, lines.iter().map(String::as_str), out)
+}
+
+/// `line` cut to [`MAX_SUBTITLE_CHARS`] (with `…`), so it fits the width.
+fn subtitle(line: &str) -> String {
+    if line.chars().count() <= MAX_SUBTITLE_CHARS {
+        return line.to_owned();
+    }
+    let mut cut: String = line.chars().take(MAX_SUBTITLE_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// `memtrace: sampled memory growth of `command`` (and of one process).
+fn title(report: &Report, tgid: Option<u32>) -> String {
+    let mut title = format!(
+        "memtrace: sampled memory growth of `{}`",
+        report.meta.command
+    );
+    if let Some(tgid) = tgid {
+        title.push_str(&format!(", tgid {tgid} ({})", report.label(tgid)));
+    }
+    title
+}
+
+/// A valid SVG holding `title` and a line saying nothing grew (inferno only
+/// draws an error message without input).
+fn empty(title: &str, out: &mut dyn Write) -> io::Result<()> {
+    let middle = IMAGE_WIDTH / 2;
+    writeln!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{IMAGE_WIDTH}\" \
+         height=\"{EMPTY_HEIGHT}\" viewBox=\"0 0 {IMAGE_WIDTH} {EMPTY_HEIGHT}\">"
+    )?;
+    writeln!(
+        out,
+        "<text x=\"{middle}\" y=\"24\" text-anchor=\"middle\" font-size=\"17\">{}</text>",
+        super::html::escape(title)
+    )?;
+    writeln!(
+        out,
+        "<text x=\"{middle}\" y=\"48\" text-anchor=\"middle\" font-size=\"12\">\
+         no growth was sampled with a stack</text>"
+    )?;
+    writeln!(out, "</svg>")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::test_support::{prefork_report, server_report};
+
+    fn svg(report: &Report, options: &RenderOptions, tgid: Option<u32>) -> String {
+        let mut out = Vec::new();
+        render(report, options, tgid, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn frames_carry_bytes_and_the_title_names_the_run() {
+        let text = svg(&server_report(), &RenderOptions::default(), None);
+        assert!(
+            text.contains("memtrace: sampled memory growth of `python3 server.py`"),
+            "{text}"
+        );
+        // 36 MiB of 48 MiB under `append`, with bytes as the count name.
+        assert!(
+            text.contains("append (app/cache.py:42) (37,748,736 bytes, 75.00%)"),
+            "{text}"
+        );
+        assert!(text.contains("var inverted = false"), "{text}");
+    }
+
+    #[test]
+    fn inverted_draws_icicles_and_output_is_deterministic() {
+        let options = RenderOptions {
+            inverted: true,
+            ..RenderOptions::default()
+        };
+        let first = svg(&server_report(), &options, None);
+        assert!(first.contains("var inverted = true"), "{first}");
+        assert_eq!(first, svg(&server_report(), &options, None));
+    }
+
+    #[test]
+    fn one_process_graph_holds_only_that_process() {
+        let text = svg(&prefork_report(), &RenderOptions::default(), Some(102));
+        assert!(text.contains("gunicorn app:wsgi (tgid 102)"), "{text}");
+        assert!(!text.contains("(tgid 101)"), "{text}");
+        assert!(text.contains(", tgid 102 (gunicorn app:wsgi)"), "{text}");
+    }
+
+    #[test]
+    fn nothing_sampled_is_a_valid_svg_saying_so() {
+        let text = svg(&prefork_report(), &RenderOptions::default(), Some(100));
+        assert!(
+            text.contains("no growth was sampled with a stack"),
+            "{text}"
+        );
+        assert!(text.starts_with("<svg xmlns="), "{text}");
+    }
+
+    #[test]
+    fn long_subtitles_are_cut() {
+        assert_eq!(subtitle("short"), "short");
+        let cut = subtitle(&"x".repeat(500));
+        assert_eq!(cut.chars().count(), MAX_SUBTITLE_CHARS);
+        assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn inline_form_has_a_fixed_width() {
+        let mut out = Vec::new();
+        render_inline(&server_report(), &RenderOptions::default(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("var fluiddrawing = false"), "{text}");
+        let standalone = svg(&server_report(), &RenderOptions::default(), None);
+        assert!(
+            standalone.contains("var fluiddrawing = true"),
+            "{standalone}"
+        );
+    }
+}

@@ -1,0 +1,549 @@
+//! HTML renderer of the report step: one self-contained page (no network,
+//! no external files) with the diagnosis first, the process tree, an RSS
+//! chart per process (inline SVG drawn here, with fork and exit marks), the
+//! top growth paths and the flame graph (inline SVG from
+//! [`super::flamegraph`]).
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use super::{flamegraph, format_bytes, format_signed_bytes, text, RenderOptions, Report};
+use crate::aggregate::{ProcessReport, PythonStatus, RssPoint};
+use crate::diagnose::{Finding, Strength};
+
+/// Nanoseconds per second, for times shown in seconds.
+const NS_PER_S: f64 = 1e9;
+
+/// RSS chart geometry, in SVG user units (pixels).
+const CHART_WIDTH: f64 = 720.0;
+const CHART_HEIGHT: f64 = 200.0;
+const MARGIN_LEFT: f64 = 80.0;
+const MARGIN_RIGHT: f64 = 20.0;
+const MARGIN_TOP: f64 = 24.0;
+const MARGIN_BOTTOM: f64 = 32.0;
+
+/// The page's style sheet. Class names avoid those of inferno's flame graph
+/// (`hide`, `parent`), whose style sheet applies to the whole page.
+const STYLE: &str = "
+body { font-family: sans-serif; margin: 1.5em; color: #222; max-width: 1300px; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+code, .frames { font-family: monospace; }
+table.tree { border-collapse: collapse; font-size: 0.9em; }
+table.tree th, table.tree td { padding: 0.2em 0.6em; border-bottom: 1px solid #eee; text-align: right; }
+table.tree td.cmd, table.tree th.cmd { text-align: left; }
+.finding { margin-bottom: 1em; } .finding .caveat { color: #a05a00; font-style: italic; }
+.finding .next { font-weight: bold; } .pattern { font-weight: bold; text-transform: capitalize; }
+.weak { border-left: 4px solid #e0a040; padding-left: 0.6em; }
+.strong { border-left: 4px solid #c03030; padding-left: 0.6em; }
+.frames { margin: 0.2em 0 0.8em 1.5em; padding: 0; list-style: none; font-size: 0.9em; }
+figure.rss { margin: 0.5em 0 1.2em 0; }
+svg.rss text { font-family: sans-serif; font-size: 11px; }
+.flame svg { max-width: 100%; height: auto; }
+";
+
+/// Writes the HTML report of `report`: the diagnosis (each finding with
+/// its caveat when weak, evidence, code paths and next step), the process
+/// tree table, one RSS-over-time chart per process with readings (fork marks
+/// where it forked a traced child, an exit mark where it exited), the
+/// `options.top` growth paths merged across processes, the flame graph
+/// (icicles with `options.inverted`) and the warnings. All text is escaped;
+/// nothing is fetched when the page is viewed.
+///
+/// # Errors
+/// Any error of `out`.
+pub fn render(report: &Report, options: &RenderOptions, out: &mut dyn Write) -> io::Result<()> {
+    let command = escape(&report.meta.command);
+    writeln!(out, "<!DOCTYPE html>")?;
+    writeln!(out, "<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">")?;
+    writeln!(out, "<title>memtrace: {command}</title>")?;
+    writeln!(out, "<style>{STYLE}</style>\n</head>\n<body>")?;
+    writeln!(out, "<h1>memtrace report: <code>{command}</code></h1>")?;
+    writeln!(
+        out,
+        "<p>Traced for {:.1} s; memory events sampled every {} on average.</p>",
+        report.meta.duration_ns as f64 / NS_PER_S,
+        format_bytes(report.meta.sample_interval_bytes)
+    )?;
+    out.write_all(diagnosis(report).as_bytes())?;
+    out.write_all(process_tree(report).as_bytes())?;
+    out.write_all(rss_charts(report).as_bytes())?;
+    out.write_all(growth_paths(report, options.top).as_bytes())?;
+    flame_graph(report, options, out)?;
+    out.write_all(warnings(report).as_bytes())?;
+    writeln!(
+        out,
+        "<footer><p>Written by memtrace {}.</p></footer>\n</body>\n</html>",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// `text` with `& < > " '` replaced by character references, safe in
+/// element content and quoted attribute values.
+pub(crate) fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&#39;"),
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
+fn diagnosis(report: &Report) -> String {
+    let mut html = String::from("<section id=\"diagnosis\">\n<h2>Diagnosis</h2>\n");
+    let findings = text::findings(report);
+    if findings.is_empty() {
+        html.push_str("<p>This report was not diagnosed.</p>\n");
+    }
+    for finding in findings {
+        finding_html(report, finding, &mut html);
+    }
+    html.push_str("</section>\n");
+    html
+}
+
+fn finding_html(report: &Report, finding: &Finding, html: &mut String) {
+    let class = match finding.strength {
+        Strength::Strong => "strong",
+        Strength::Weak => "weak",
+    };
+    let _ = writeln!(
+        html,
+        "<div class=\"finding {class}\">\n<p><span class=\"pattern\">{}</span> in {}: {}</p>",
+        escape(text::pattern_name(finding.pattern)),
+        escape(&text::scope_text(report, finding.scope)),
+        escape(&finding.summary)
+    );
+    if let Some(caveat) = text::weakness(finding.strength) {
+        let _ = writeln!(html, "<p class=\"caveat\">{}</p>", escape(caveat));
+    }
+    list(
+        "evidence",
+        finding.evidence.iter().map(String::as_str),
+        html,
+    );
+    let paths: Vec<String> = finding
+        .paths
+        .iter()
+        .map(|stack| text::path_line(report, *stack))
+        .collect();
+    if !paths.is_empty() {
+        html.push_str("<p>Code paths behind it:</p>\n");
+        list("frames", paths.iter().map(String::as_str), html);
+    }
+    if !finding.next_step.is_empty() {
+        let _ = writeln!(
+            html,
+            "<p class=\"next\">Next step: {}</p>",
+            escape(&finding.next_step)
+        );
+    }
+    html.push_str("</div>\n");
+}
+
+/// A `<ul>` of `class` with one escaped item per entry; nothing when empty.
+fn list<'a>(class: &str, items: impl Iterator<Item = &'a str>, html: &mut String) {
+    let items: Vec<String> = items.map(|i| format!("<li>{}</li>", escape(i))).collect();
+    if !items.is_empty() {
+        let _ = writeln!(html, "<ul class=\"{class}\">\n{}\n</ul>", items.join("\n"));
+    }
+}
+
+/// The processes in tree order (each after its parent, children by start
+/// time then tgid), with their depth.
+fn tree_order(report: &Report) -> Vec<(usize, &ProcessReport)> {
+    let traced: HashSet<u32> = report.processes.iter().map(|p| p.tgid).collect();
+    let mut children: BTreeMap<Option<u32>, Vec<&ProcessReport>> = BTreeMap::new();
+    for p in &report.processes {
+        let parent = p.parent_tgid.filter(|t| traced.contains(t) && *t != p.tgid);
+        children.entry(parent).or_default().push(p);
+    }
+    for list in children.values_mut() {
+        list.sort_by_key(|p| (p.started_ns, p.tgid));
+    }
+    let mut order = Vec::with_capacity(report.processes.len());
+    let mut seen = HashSet::new();
+    let mut stack: Vec<(usize, &ProcessReport)> = children
+        .get(&None)
+        .map(|roots| roots.iter().rev().map(|p| (0, *p)).collect())
+        .unwrap_or_default();
+    while let Some((depth, p)) = stack.pop() {
+        if !seen.insert(p.tgid) {
+            continue;
+        }
+        order.push((depth, p));
+        if let Some(kids) = children.get(&Some(p.tgid)) {
+            stack.extend(kids.iter().rev().map(|k| (depth + 1, *k)));
+        }
+    }
+    // Processes only reachable through a parent cycle: listed at the end.
+    for p in &report.processes {
+        if seen.insert(p.tgid) {
+            order.push((0, p));
+        }
+    }
+    order
+}
+
+fn process_tree(report: &Report) -> String {
+    let mut html = String::from(
+        "<section id=\"processes\">\n<h2>Process tree</h2>\n<table class=\"tree\">\n<tr>\
+         <th>tgid</th><th>role</th><th>RSS start</th><th>end</th><th>peak</th>\
+         <th>growth</th><th>copy-on-write</th><th>sampled growth</th><th>Python</th>\
+         <th>started</th><th>exited</th><th class=\"cmd\">command</th></tr>\n",
+    );
+    for (depth, p) in tree_order(report) {
+        let dash = || "-".to_owned();
+        let rss = p.rss.map_or_else(
+            || [dash(), dash(), dash(), dash()],
+            |r| {
+                [
+                    format_bytes(r.start_bytes),
+                    format_bytes(r.end_bytes),
+                    format_bytes(r.peak_bytes),
+                    format_signed_bytes(r.growth_bytes),
+                ]
+            },
+        );
+        let cow = p
+            .counters
+            .map_or_else(dash, |c| format_bytes(c.cow_fault_bytes));
+        let exited = p.exited_ns.map_or_else(dash, seconds);
+        let indent = "&nbsp;&nbsp;&nbsp;".repeat(depth);
+        let branch = if depth > 0 { "└ " } else { "" };
+        let _ = writeln!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"cmd\">{indent}{branch}{}</td></tr>",
+            p.tgid,
+            p.role,
+            rss[0],
+            rss[1],
+            rss[2],
+            rss[3],
+            cow,
+            format_bytes(p.sampled.growth_bytes),
+            escape(&python_text(p.python.as_ref())),
+            seconds(p.started_ns),
+            exited,
+            escape(&p.label()),
+        );
+    }
+    let t = &report.totals;
+    let _ = writeln!(
+        html,
+        "</table>\n<p>{} processes ({} roots, {} workers; at most {} alive at once); \
+         RSS of the live processes {} at the end, highest sum {}; exact resident anonymous \
+         growth {}, copy-on-write {}.</p>\n</section>",
+        t.processes,
+        t.roots,
+        t.workers,
+        t.peak_live_processes,
+        format_bytes(t.live_rss_end_bytes),
+        format_bytes(t.peak_total_rss_bytes),
+        format_bytes(t.anon_growth_bytes),
+        format_bytes(t.cow_fault_bytes),
+    );
+    html
+}
+
+/// `1.5 s`.
+fn seconds(t_ns: u64) -> String {
+    format!("{:.1} s", t_ns as f64 / NS_PER_S)
+}
+
+fn python_text(status: Option<&PythonStatus>) -> String {
+    match status {
+        Some(PythonStatus::Python { version }) => version.clone(),
+        Some(PythonStatus::NotPython) => "not Python".to_owned(),
+        Some(PythonStatus::Unsupported { reason }) => format!("unsupported: {reason}"),
+        None => "?".to_owned(),
+    }
+}
+
+fn rss_charts(report: &Report) -> String {
+    let mut html = String::from(
+        "<section id=\"rss\">\n<h2>RSS over time</h2>\n\
+         <p>Resident memory of each process (solid: RSS, dashed: anonymous); \
+         blue marks: a traced child was forked, red mark: the process exited.</p>\n",
+    );
+    let end_ns = chart_end_ns(report);
+    for (_, p) in tree_order(report) {
+        let _ = writeln!(
+            html,
+            "<figure class=\"rss\" id=\"rss-tgid-{}\">\n<figcaption>tgid {} <code>{}</code></figcaption>",
+            p.tgid,
+            p.tgid,
+            escape(&p.label())
+        );
+        if p.timeline.is_empty() {
+            html.push_str("<p>No RSS was read for this process.</p>\n");
+        } else {
+            let forks: Vec<(u32, u64)> = report
+                .processes
+                .iter()
+                .filter(|c| c.parent_tgid == Some(p.tgid) && c.tgid != p.tgid)
+                .map(|c| (c.tgid, c.started_ns))
+                .collect();
+            html.push_str(&rss_chart(p, &forks, end_ns));
+        }
+        html.push_str("</figure>\n");
+    }
+    html.push_str("</section>\n");
+    html
+}
+
+/// The time axis end: the run's duration, or the latest time any process
+/// shows when that is later (or the duration is unknown).
+fn chart_end_ns(report: &Report) -> u64 {
+    let latest = report
+        .processes
+        .iter()
+        .flat_map(|p| {
+            let last_point = p.timeline.last().map_or(0, |point| point.t_ns);
+            [last_point, p.started_ns, p.exited_ns.unwrap_or(0)]
+        })
+        .max()
+        .unwrap_or(0);
+    report.meta.duration_ns.max(latest).max(1)
+}
+
+/// One process's chart: RSS and anonymous RSS over `0..=end_ns`, a y axis
+/// from 0 to 110% of the highest reading, `forks` as (child tgid, time) marks, the
+/// exit as a mark.
+fn rss_chart(p: &ProcessReport, forks: &[(u32, u64)], end_ns: u64) -> String {
+    let highest = p.timeline.iter().map(|point| point.rss_bytes).max();
+    // 10% headroom so the highest reading does not run along the frame.
+    let highest = highest.unwrap_or(0);
+    let max_bytes = highest.saturating_add(highest / 10).max(1);
+    let plot_w = CHART_WIDTH - MARGIN_LEFT - MARGIN_RIGHT;
+    let plot_h = CHART_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM;
+    let x = |t_ns: u64| MARGIN_LEFT + plot_w * (t_ns.min(end_ns) as f64 / end_ns as f64);
+    let y = |bytes: u64| MARGIN_TOP + plot_h * (1.0 - bytes as f64 / max_bytes as f64);
+    let (bottom, right) = (MARGIN_TOP + plot_h, MARGIN_LEFT + plot_w);
+    let mut svg = format!(
+        "<svg class=\"rss\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{CHART_WIDTH}\" \
+         height=\"{CHART_HEIGHT}\" viewBox=\"0 0 {CHART_WIDTH} {CHART_HEIGHT}\" role=\"img\">\n\
+         <title>RSS of tgid {} over time</title>\n\
+         <rect x=\"{MARGIN_LEFT}\" y=\"{MARGIN_TOP}\" width=\"{plot_w}\" height=\"{plot_h}\" \
+         fill=\"#fafafa\" stroke=\"#999\"/>\n",
+        p.tgid
+    );
+    for fraction in [0.0, 0.5, 1.0] {
+        let bytes = (max_bytes as f64 * fraction) as u64;
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{MARGIN_LEFT}\" x2=\"{right}\" y1=\"{0:.1}\" y2=\"{0:.1}\" stroke=\"#ddd\"/>\
+             <text x=\"{1}\" y=\"{0:.1}\" text-anchor=\"end\" dominant-baseline=\"middle\">{2}</text>",
+            y(bytes),
+            MARGIN_LEFT - 6.0,
+            format_bytes(bytes)
+        );
+    }
+    for fraction in [0.0, 0.5, 1.0] {
+        let t_ns = (end_ns as f64 * fraction) as u64;
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            x(t_ns),
+            bottom + 18.0,
+            seconds(t_ns)
+        );
+    }
+    let line = |value: fn(&RssPoint) -> u64| -> String {
+        p.timeline
+            .iter()
+            .map(|point| format!("{:.1},{:.1}", x(point.t_ns), y(value(point))))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let _ = writeln!(
+        svg,
+        "<polyline class=\"anon\" points=\"{}\" fill=\"none\" stroke=\"#e08030\" \
+         stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n\
+         <polyline class=\"rss-line\" points=\"{}\" fill=\"none\" stroke=\"#2060c0\" stroke-width=\"2\"/>",
+        line(|point| point.anon_bytes),
+        line(|point| point.rss_bytes)
+    );
+    if let [only] = p.timeline.as_slice() {
+        let _ = writeln!(
+            svg,
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"#2060c0\"/>",
+            x(only.t_ns),
+            y(only.rss_bytes)
+        );
+    }
+    for (child, t_ns) in forks {
+        mark(
+            &mut svg,
+            x(*t_ns),
+            "fork-mark",
+            "#3070e0",
+            &format!("fork {child}"),
+            &format!("forked tgid {child} at {}", seconds(*t_ns)),
+        );
+    }
+    if let Some(exited_ns) = p.exited_ns {
+        mark(
+            &mut svg,
+            x(exited_ns),
+            "exit-mark",
+            "#d02020",
+            "exit",
+            &format!("exited at {}", seconds(exited_ns)),
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// A vertical dashed mark at `x` across the plot, labelled at the top, with
+/// `tooltip` as its title.
+fn mark(svg: &mut String, x: f64, class: &str, color: &str, label: &str, tooltip: &str) {
+    let bottom = CHART_HEIGHT - MARGIN_BOTTOM;
+    let _ = writeln!(
+        svg,
+        "<g class=\"{class}\"><title>{}</title>\
+         <line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{MARGIN_TOP}\" y2=\"{bottom}\" stroke=\"{color}\" \
+         stroke-dasharray=\"3 2\"/>\
+         <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"{color}\">{}</text></g>",
+        escape(tooltip),
+        MARGIN_TOP - 6.0,
+        escape(label)
+    );
+}
+
+fn growth_paths(report: &Report, top: usize) -> String {
+    let mut html = String::from(
+        "<section id=\"paths\">\n<h2>Top growth paths</h2>\n\
+         <p>Sampled resident anonymous growth, summed over processes; innermost frame first.</p>\n",
+    );
+    let stacks = report.top_growth_stacks(top);
+    if stacks.is_empty() {
+        html.push_str("<p>No growth was sampled with a stack.</p>\n");
+    }
+    html.push_str("<ol>\n");
+    for stack in stacks {
+        let tgids: Vec<String> = stack.tgids.iter().map(u32::to_string).collect();
+        let _ = writeln!(
+            html,
+            "<li><b>{}</b> ({:.1}% of all sampled growth) in tgid {}\n<ul class=\"frames\">",
+            format_bytes(stack.bytes.growth_bytes),
+            stack.growth_share * 100.0,
+            tgids.join(", ")
+        );
+        for frame in text::frames_innermost_first(report.frames(stack.stack)) {
+            let _ = writeln!(html, "<li>{}</li>", escape(&frame));
+        }
+        html.push_str("</ul></li>\n");
+    }
+    html.push_str("</ol>\n</section>\n");
+    html
+}
+
+/// The flame graph SVG, inline (its XML prologue dropped).
+fn flame_graph(report: &Report, options: &RenderOptions, out: &mut dyn Write) -> io::Result<()> {
+    let mut svg = Vec::new();
+    flamegraph::render_inline(report, options, &mut svg)?;
+    let svg = String::from_utf8_lossy(&svg);
+    let start = svg.find("<svg").unwrap_or(0);
+    writeln!(
+        out,
+        "<section id=\"flamegraph\">\n<h2>Flame graph</h2>\n\
+         <p>Sampled resident growth by code path (click a frame to zoom).</p>\n\
+         <div class=\"flame\">\n{}\n</div>\n</section>",
+        svg[start..].trim_end()
+    )
+}
+
+fn warnings(report: &Report) -> String {
+    if report.warnings.is_empty() {
+        return String::new();
+    }
+    let mut html = String::from("<section id=\"warnings\">\n<h2>Warnings</h2>\n");
+    let lines: Vec<String> = report.warnings.iter().map(ToString::to_string).collect();
+    list("warnings", lines.iter().map(String::as_str), &mut html);
+    html.push_str("</section>\n");
+    html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::test_support::{prefork_report, server_report};
+
+    fn page(report: &Report) -> String {
+        let mut out = Vec::new();
+        render(report, &RenderOptions::default(), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn escape_covers_markup_and_quotes() {
+        assert_eq!(
+            escape(r#"<a href="x">'&'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+    }
+
+    #[test]
+    fn sections_come_in_order_with_the_diagnosis_first() {
+        let html = page(&server_report());
+        let at = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("no {needle}"));
+        assert!(at("id=\"diagnosis\"") < at("id=\"processes\""));
+        assert!(at("id=\"processes\"") < at("id=\"rss\""));
+        assert!(at("id=\"rss\"") < at("id=\"paths\""));
+        assert!(at("id=\"paths\"") < at("id=\"flamegraph\""));
+        assert!(!html.contains("<?xml"), "prologue inside the page");
+        assert!(
+            !html.contains("http://") || !html.contains("src=\"http"),
+            "network reference"
+        );
+    }
+
+    #[test]
+    fn processes_are_listed_in_tree_order() {
+        let report = prefork_report();
+        let order: Vec<(usize, u32)> = tree_order(&report)
+            .iter()
+            .map(|(d, p)| (*d, p.tgid))
+            .collect();
+        assert_eq!(order, [(0, 100), (1, 101), (1, 102), (1, 103)]);
+    }
+
+    #[test]
+    fn charts_mark_forks_and_exits() {
+        let mut report = server_report();
+        report
+            .processes
+            .iter_mut()
+            .find(|p| p.tgid == 101)
+            .unwrap()
+            .exited_ns = Some(1_000);
+        let html = page(&report);
+        let master = &html[html.find("id=\"rss-tgid-100\"").unwrap()..];
+        let master = &master[..master.find("</figure>").unwrap()];
+        assert!(master.contains("forked tgid 101"), "{master}");
+        assert!(!master.contains("exit-mark"), "{master}");
+        let worker = &html[html.find("id=\"rss-tgid-101\"").unwrap()..];
+        let worker = &worker[..worker.find("</figure>").unwrap()];
+        assert!(worker.contains("exit-mark"), "{worker}");
+        assert!(worker.contains("class=\"rss-line\""), "{worker}");
+    }
+
+    #[test]
+    fn process_names_are_escaped() {
+        let mut report = server_report();
+        report.processes[0].cmdline = "python3 <script>alert(1)</script>".to_owned();
+        let html = page(&report);
+        assert!(!html.contains("<script>alert"), "unescaped command");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+}

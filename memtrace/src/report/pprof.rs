@@ -1,0 +1,402 @@
+//! pprof renderer of the report step: a gzipped `perftools.profiles.Profile`
+//! protocol buffer, as read by `go tool pprof` and Grafana Pyroscope. The
+//! messages are written with prost from hand-written structs whose field
+//! numbers and types are those of
+//! <https://github.com/google/pprof/blob/main/proto/profile.proto> (fields
+//! memtrace does not use are left out; protobuf readers treat absent fields
+//! as their defaults).
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+
+use crate::aggregate::{Frame, Report};
+
+/// Sample types, in the order of each sample's values: sampled resident
+/// growth and sampled copy-on-write un-sharing, both in bytes (named like
+/// Go's heap profile `alloc_space`).
+const SAMPLE_TYPES: [(&str, &str); 2] = [("growth_space", "bytes"), ("cow_space", "bytes")];
+
+/// `Profile` (profile.proto fields 1, 2, 4, 5, 6, 10, 11, 12, 13, 14).
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct Profile {
+    /// What each sample value means.
+    #[prost(message, repeated, tag = "1")]
+    pub(crate) sample_type: Vec<ValueType>,
+    /// One sample per (process, stack).
+    #[prost(message, repeated, tag = "2")]
+    pub(crate) sample: Vec<Sample>,
+    /// One location per distinct frame.
+    #[prost(message, repeated, tag = "4")]
+    pub(crate) location: Vec<Location>,
+    /// One function per distinct (name, file).
+    #[prost(message, repeated, tag = "5")]
+    pub(crate) function: Vec<Function>,
+    /// Every string; `string_table[0]` is `""`.
+    #[prost(string, repeated, tag = "6")]
+    pub(crate) string_table: Vec<String>,
+    /// Length of the trace, in nanoseconds.
+    #[prost(int64, tag = "10")]
+    pub(crate) duration_nanos: i64,
+    /// What the sampling period counts (`space`/`bytes`).
+    #[prost(message, optional, tag = "11")]
+    pub(crate) period_type: Option<ValueType>,
+    /// Mean bytes between samples.
+    #[prost(int64, tag = "12")]
+    pub(crate) period: i64,
+    /// Free text (the diagnosis), as string-table indices.
+    #[prost(int64, repeated, tag = "13")]
+    pub(crate) comment: Vec<i64>,
+    /// String-table index of the sample type shown by default.
+    #[prost(int64, tag = "14")]
+    pub(crate) default_sample_type: i64,
+}
+
+/// `ValueType` (fields 1, 2): string-table indices of a type and its unit.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct ValueType {
+    /// e.g. `growth_space`.
+    #[prost(int64, tag = "1")]
+    pub(crate) r#type: i64,
+    /// e.g. `bytes`.
+    #[prost(int64, tag = "2")]
+    pub(crate) unit: i64,
+}
+
+/// `Sample` (fields 1, 2, 3).
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct Sample {
+    /// Location ids, leaf (innermost frame) first.
+    #[prost(uint64, repeated, tag = "1")]
+    pub(crate) location_id: Vec<u64>,
+    /// One value per sample type.
+    #[prost(int64, repeated, tag = "2")]
+    pub(crate) value: Vec<i64>,
+    /// `tgid` (number) and `process` (command) labels.
+    #[prost(message, repeated, tag = "3")]
+    pub(crate) label: Vec<Label>,
+}
+
+/// `Label` (fields 1, 2, 3): a string or a number under a key.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct Label {
+    /// String-table index of the key.
+    #[prost(int64, tag = "1")]
+    pub(crate) key: i64,
+    /// String-table index of a string value (0 when numeric).
+    #[prost(int64, tag = "2")]
+    pub(crate) str: i64,
+    /// A numeric value.
+    #[prost(int64, tag = "3")]
+    pub(crate) num: i64,
+}
+
+/// `Location` (fields 1, 4): one frame.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct Location {
+    /// Nonzero id.
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    /// The function and line.
+    #[prost(message, repeated, tag = "4")]
+    pub(crate) line: Vec<Line>,
+}
+
+/// `Line` (fields 1, 2).
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct Line {
+    /// Id of the function.
+    #[prost(uint64, tag = "1")]
+    pub(crate) function_id: u64,
+    /// Source line (0 when unknown).
+    #[prost(int64, tag = "2")]
+    pub(crate) line: i64,
+}
+
+/// `Function` (fields 1, 2, 3, 4).
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct Function {
+    /// Nonzero id.
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    /// String-table index of the name.
+    #[prost(int64, tag = "2")]
+    pub(crate) name: i64,
+    /// String-table index of the name as the system knows it (same).
+    #[prost(int64, tag = "3")]
+    pub(crate) system_name: i64,
+    /// String-table index of the source file (0 for native code).
+    #[prost(int64, tag = "4")]
+    pub(crate) filename: i64,
+}
+
+/// Writes `report` as a gzipped pprof profile: sample types
+/// `growth_space/bytes` (the default) and `cow_space/bytes`, one sample per
+/// (process, stack) with sampled growth or copy-on-write bytes, labelled
+/// `tgid` and `process`. Python frames are functions with their file and
+/// line; native frames are functions without a file. The diagnosis goes
+/// into the profile's comments (`go tool pprof -comments`). Deterministic
+/// (no timestamp in the gzip header).
+///
+/// # Errors
+/// Any error of `out`.
+pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    let bytes = build(report).encode_to_vec();
+    let mut gzip = GzEncoder::new(out, Compression::default());
+    gzip.write_all(&bytes)?;
+    gzip.finish()?;
+    Ok(())
+}
+
+/// Builds the profile message of `report`.
+pub(crate) fn build(report: &Report) -> Profile {
+    let mut builder = Builder::default();
+    builder.strings.index("");
+    let sample_type = SAMPLE_TYPES
+        .iter()
+        .map(|(kind, unit)| builder.value_type(kind, unit))
+        .collect();
+    let (tgid_key, process_key) = (
+        builder.strings.index("tgid"),
+        builder.strings.index("process"),
+    );
+    for path in report
+        .paths
+        .iter()
+        .filter(|p| p.bytes.growth_bytes > 0 || p.bytes.cow_bytes > 0)
+    {
+        let location_id = report
+            .frames(path.stack)
+            .iter()
+            .rev()
+            .map(|frame| builder.location(frame))
+            .collect();
+        let label = vec![
+            Label {
+                key: tgid_key,
+                num: i64::from(path.tgid),
+                ..Label::default()
+            },
+            Label {
+                key: process_key,
+                str: builder.strings.index(&report.label(path.tgid)),
+                ..Label::default()
+            },
+        ];
+        builder.samples.push(Sample {
+            location_id,
+            value: vec![
+                signed(path.bytes.growth_bytes),
+                signed(path.bytes.cow_bytes),
+            ],
+            label,
+        });
+    }
+    let comment = super::text::findings(report)
+        .iter()
+        .map(|finding| {
+            let line = super::text::finding_line(report, finding);
+            builder.strings.index(&line)
+        })
+        .collect();
+    let period_type = Some(builder.value_type("space", "bytes"));
+    let default_sample_type = builder.strings.index(SAMPLE_TYPES[0].0);
+    Profile {
+        sample_type,
+        sample: builder.samples,
+        location: builder.locations,
+        function: builder.functions,
+        string_table: builder.strings.strings,
+        duration_nanos: signed(report.meta.duration_ns),
+        period_type,
+        period: signed(report.meta.sample_interval_bytes),
+        comment,
+        default_sample_type,
+    }
+}
+
+/// `value` as protobuf int64, saturated.
+fn signed(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The profile's tables, each entry added once on first use.
+#[derive(Default)]
+struct Builder<'a> {
+    strings: StringTable,
+    samples: Vec<Sample>,
+    locations: Vec<Location>,
+    location_ids: HashMap<&'a Frame, u64>,
+    functions: Vec<Function>,
+    function_ids: HashMap<(String, String), u64>,
+}
+
+impl<'a> Builder<'a> {
+    fn value_type(&mut self, kind: &str, unit: &str) -> ValueType {
+        ValueType {
+            r#type: self.strings.index(kind),
+            unit: self.strings.index(unit),
+        }
+    }
+
+    /// Id of the location of `frame` (ids start at 1).
+    fn location(&mut self, frame: &'a Frame) -> u64 {
+        if let Some(id) = self.location_ids.get(frame) {
+            return *id;
+        }
+        let (name, file, line) = match frame {
+            Frame::Python {
+                function,
+                file,
+                line,
+            } => (function.clone(), file.clone(), i64::from(*line)),
+            Frame::Native { symbol } => (symbol.clone(), String::new(), 0),
+            Frame::Unknown { reason } => (format!("[{reason}]"), String::new(), 0),
+        };
+        let function_id = self.function(name, file);
+        let id = next_id(self.locations.len());
+        self.locations.push(Location {
+            id,
+            line: vec![Line { function_id, line }],
+        });
+        self.location_ids.insert(frame, id);
+        id
+    }
+
+    /// Id of the function `name` in `file` (ids start at 1).
+    fn function(&mut self, name: String, file: String) -> u64 {
+        if let Some(id) = self.function_ids.get(&(name.clone(), file.clone())) {
+            return *id;
+        }
+        let id = next_id(self.functions.len());
+        let name_index = self.strings.index(&name);
+        self.functions.push(Function {
+            id,
+            name: name_index,
+            system_name: name_index,
+            filename: self.strings.index(&file),
+        });
+        self.function_ids.insert((name, file), id);
+        id
+    }
+}
+
+/// The id after `len` entries: `len + 1`.
+fn next_id(len: usize) -> u64 {
+    u64::try_from(len).map_or(u64::MAX, |n| n.saturating_add(1))
+}
+
+/// `Profile.string_table` with its reverse index.
+#[derive(Default)]
+struct StringTable {
+    strings: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl StringTable {
+    /// Index of `text`, added on first use.
+    fn index(&mut self, text: &str) -> i64 {
+        if let Some(index) = self.index.get(text) {
+            return *index;
+        }
+        let index = i64::try_from(self.strings.len()).unwrap_or(i64::MAX);
+        self.strings.push(text.to_owned());
+        self.index.insert(text.to_owned(), index);
+        index
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use flate2::read::GzDecoder;
+
+    use super::*;
+    use crate::aggregate::test_support::{server_report, MIB};
+
+    fn decoded(report: &Report) -> Profile {
+        let mut gz = Vec::new();
+        render(report, &mut gz).unwrap();
+        let mut raw = Vec::new();
+        GzDecoder::new(gz.as_slice()).read_to_end(&mut raw).unwrap();
+        Profile::decode(raw.as_slice()).unwrap()
+    }
+
+    fn string(profile: &Profile, index: i64) -> &str {
+        &profile.string_table[usize::try_from(index).unwrap()]
+    }
+
+    #[test]
+    fn sample_types_are_bytes_with_growth_first_and_default() {
+        let profile = decoded(&server_report());
+        assert_eq!(profile.string_table[0], "");
+        let types: Vec<(&str, &str)> = profile
+            .sample_type
+            .iter()
+            .map(|t| (string(&profile, t.r#type), string(&profile, t.unit)))
+            .collect();
+        assert_eq!(types, [("growth_space", "bytes"), ("cow_space", "bytes")]);
+        assert_eq!(
+            string(&profile, profile.default_sample_type),
+            "growth_space"
+        );
+        assert_eq!(profile.period, 512 * 1024);
+        assert_eq!(profile.duration_nanos, 4_000_000_000);
+    }
+
+    #[test]
+    fn one_sample_per_path_leaf_first_with_process_labels() {
+        let profile = decoded(&server_report());
+        assert_eq!(profile.sample.len(), 2);
+        let leak = &profile.sample[0];
+        assert_eq!(leak.value, [signed(36 * MIB), 4096]);
+        let names: Vec<(&str, &str, i64)> = leak
+            .location_id
+            .iter()
+            .map(|id| {
+                let location = &profile.location[usize::try_from(*id - 1).unwrap()];
+                let line = &location.line[0];
+                let function = &profile.function[usize::try_from(line.function_id - 1).unwrap()];
+                (
+                    string(&profile, function.name),
+                    string(&profile, function.filename),
+                    line.line,
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("PyList_Append", "", 0),
+                ("append", "app/cache.py", 42),
+                ("handle", "app/views.py", 10),
+                ("<module>", "server.py", 1)
+            ]
+        );
+        let labels: Vec<(&str, i64, &str)> = leak
+            .label
+            .iter()
+            .map(|l| (string(&profile, l.key), l.num, string(&profile, l.str)))
+            .collect();
+        assert_eq!(
+            labels,
+            [("tgid", 101, ""), ("process", 0, "python3 server.py")]
+        );
+    }
+
+    #[test]
+    fn shared_frames_are_one_location_and_output_is_deterministic() {
+        let profile = decoded(&server_report());
+        // <module>, handle, append, PyList_Append, parse, malloc.
+        assert_eq!(profile.location.len(), 6);
+        assert_eq!(profile.function.len(), 6);
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        render(&server_report(), &mut first).unwrap();
+        render(&server_report(), &mut second).unwrap();
+        assert_eq!(first, second);
+    }
+}

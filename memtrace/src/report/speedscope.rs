@@ -1,0 +1,249 @@
+//! Speedscope renderer of the report step: speedscope's own file format
+//! (schema <https://www.speedscope.app/file-format-schema.json>, types in
+//! speedscope's `src/lib/file-format-spec.ts`), which speedscope.app and the
+//! `speedscope` npm package open. Frames are shared; each process with
+//! sampled growth is one "sampled" profile whose weights are bytes.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::aggregate::{Frame, PathReport, ProcessReport, Report};
+
+/// The `$schema` value every speedscope file carries.
+const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
+
+/// A speedscope file (`FileFormat.File`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct File<'a> {
+    #[serde(rename = "$schema")]
+    schema: &'static str,
+    shared: Shared<'a>,
+    profiles: Vec<SampledProfile>,
+    name: String,
+    active_profile_index: usize,
+    exporter: String,
+}
+
+/// Data shared by the profiles.
+#[derive(Serialize)]
+struct Shared<'a> {
+    frames: Vec<SpeedscopeFrame<'a>>,
+}
+
+/// `FileFormat.Frame`: a name and, for Python, the file and line.
+#[derive(Serialize)]
+struct SpeedscopeFrame<'a> {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u32>,
+}
+
+/// `FileFormat.SampledProfile` with unit `bytes`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SampledProfile {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: String,
+    unit: &'static str,
+    start_value: u64,
+    end_value: u64,
+    /// Stacks as indices into the shared frames, outermost first.
+    samples: Vec<Vec<usize>>,
+    weights: Vec<u64>,
+}
+
+/// Writes `report` as a speedscope file (compact JSON and a newline): one
+/// sampled profile per process with sampled growth (in the order of
+/// [`Report::processes`], named `<command> (tgid N)`), one sample per
+/// growth path weighted by its sampled growth in bytes, `endValue` the
+/// process's total. The profile shown first is the process with the most
+/// sampled growth. Deterministic: frames are numbered in order of first use.
+///
+/// # Errors
+/// Any error of `out`.
+pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+    let file = build(report);
+    serde_json::to_writer(&mut *out, &file)?;
+    writeln!(out)
+}
+
+fn build(report: &Report) -> File<'_> {
+    let mut frames = FrameTable::default();
+    let mut profiles = Vec::new();
+    let mut active = (0, 0);
+    for process in &report.processes {
+        let Some(profile) = profile(report, process, &mut frames) else {
+            continue;
+        };
+        if profile.end_value > active.1 {
+            active = (profiles.len(), profile.end_value);
+        }
+        profiles.push(profile);
+    }
+    File {
+        schema: SCHEMA,
+        shared: Shared {
+            frames: frames.frames,
+        },
+        profiles,
+        name: format!(
+            "memtrace: sampled memory growth of `{}`",
+            report.meta.command
+        ),
+        active_profile_index: active.0,
+        exporter: format!("memtrace {}", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+/// The profile of `process`; `None` when it has no sampled growth.
+fn profile<'a>(
+    report: &'a Report,
+    process: &ProcessReport,
+    frames: &mut FrameTable<'a>,
+) -> Option<SampledProfile> {
+    let paths: Vec<&PathReport> = report
+        .paths
+        .iter()
+        .filter(|p| p.tgid == process.tgid && p.bytes.growth_bytes > 0)
+        .collect();
+    if paths.is_empty() {
+        return None;
+    }
+    let samples = paths
+        .iter()
+        .map(|p| {
+            report
+                .frames(p.stack)
+                .iter()
+                .map(|f| frames.index(f))
+                .collect()
+        })
+        .collect();
+    let weights: Vec<u64> = paths.iter().map(|p| p.bytes.growth_bytes).collect();
+    Some(SampledProfile {
+        kind: "sampled",
+        name: format!("{} (tgid {})", process.label(), process.tgid),
+        unit: "bytes",
+        start_value: 0,
+        end_value: weights.iter().fold(0, |sum: u64, w| sum.saturating_add(*w)),
+        samples,
+        weights,
+    })
+}
+
+/// Shared frames in order of first use, each once.
+#[derive(Default)]
+struct FrameTable<'a> {
+    frames: Vec<SpeedscopeFrame<'a>>,
+    index: HashMap<&'a Frame, usize>,
+}
+
+impl<'a> FrameTable<'a> {
+    /// Index of `frame`, added on first use.
+    fn index(&mut self, frame: &'a Frame) -> usize {
+        if let Some(index) = self.index.get(frame) {
+            return *index;
+        }
+        let index = self.frames.len();
+        self.frames.push(speedscope_frame(frame));
+        self.index.insert(frame, index);
+        index
+    }
+}
+
+/// Python frames keep file and line (speedscope shows them); native and
+/// unknown frames are names only.
+fn speedscope_frame(frame: &Frame) -> SpeedscopeFrame<'_> {
+    match frame {
+        Frame::Python {
+            function,
+            file,
+            line,
+        } => SpeedscopeFrame {
+            name: function.clone(),
+            file: Some(file),
+            line: Some(*line),
+        },
+        Frame::Native { symbol } => SpeedscopeFrame {
+            name: symbol.clone(),
+            file: None,
+            line: None,
+        },
+        Frame::Unknown { reason } => SpeedscopeFrame {
+            name: format!("[{reason}]"),
+            file: None,
+            line: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::aggregate::test_support::{prefork_report, MIB};
+
+    fn rendered(report: &Report) -> Value {
+        let mut out = Vec::new();
+        render(report, &mut out).unwrap();
+        serde_json::from_slice(&out).unwrap()
+    }
+
+    #[test]
+    fn one_sampled_profile_per_growing_process_in_bytes() {
+        let value = rendered(&prefork_report());
+        assert_eq!(value["$schema"], SCHEMA);
+        let profiles = value["profiles"].as_array().unwrap();
+        // The master (100) has no sampled growth: no profile.
+        let names: Vec<&str> = profiles
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "gunicorn app:wsgi (tgid 101)",
+                "gunicorn app:wsgi (tgid 102)",
+                "gunicorn app:wsgi (tgid 103)"
+            ]
+        );
+        let first = &profiles[0];
+        assert_eq!(first["type"], "sampled");
+        assert_eq!(first["unit"], "bytes");
+        assert_eq!(first["weights"], json!([16 * MIB, 10 * MIB]));
+        assert_eq!(first["endValue"], 26 * MIB);
+        assert_eq!(value["activeProfileIndex"], 0);
+    }
+
+    #[test]
+    fn frames_are_shared_and_stacks_run_outermost_first() {
+        let value = rendered(&prefork_report());
+        let frames = value["shared"]["frames"].as_array().unwrap();
+        // <module>, parse, malloc, handle, append, PyList_Append: each once.
+        assert_eq!(frames.len(), 6, "{frames:?}");
+        assert_eq!(
+            frames[0],
+            json!({"name": "<module>", "file": "server.py", "line": 1})
+        );
+        let leak_in_102 = &value["profiles"][1]["samples"][0];
+        let names: Vec<&str> = leak_in_102
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                frames[i.as_u64().unwrap() as usize]["name"]
+                    .as_str()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(names, ["<module>", "handle", "append", "PyList_Append"]);
+        assert_eq!(value["profiles"][2]["samples"][0], *leak_in_102);
+    }
+}

@@ -1,0 +1,176 @@
+//! Words shared by the text-carrying renderers of the report step (table,
+//! HTML, flame graph titles): how a diagnosis finding, its scope and its
+//! code paths read.
+
+use crate::aggregate::{Frame, Report, StackId};
+use crate::diagnose::{Finding, Pattern, Scope, Strength};
+
+/// Most frames of a path shown on one line; the rest are counted.
+const MAX_FRAMES_PER_LINE: usize = 4;
+
+/// The findings of `report`'s diagnosis, most important first (empty when
+/// it was not diagnosed).
+pub(crate) fn findings(report: &Report) -> &[Finding] {
+    &report.diagnosis
+}
+
+/// Short name of a growth pattern, e.g. `worker multiplication`.
+pub(crate) fn pattern_name(pattern: Pattern) -> &'static str {
+    match pattern {
+        Pattern::OneProcessGrows => "one process grows",
+        Pattern::EveryWorkerLarge => "every worker is large",
+        Pattern::WorkerMultiplication => "worker multiplication",
+        Pattern::Spike => "spike",
+        Pattern::Retention => "retention",
+        Pattern::NoGrowth => "no growth",
+    }
+}
+
+/// What a finding is about: `the process tree` or `tgid N (command)`.
+pub(crate) fn scope_text(report: &Report, scope: Scope) -> String {
+    match scope {
+        Scope::Tree => "the process tree".to_owned(),
+        Scope::Process { tgid } => format!("tgid {tgid} ({})", report.label(tgid)),
+    }
+}
+
+/// The caveat a weak finding carries; `None` for a strong one.
+pub(crate) fn weakness(strength: Strength) -> Option<&'static str> {
+    match strength {
+        Strength::Strong => None,
+        Strength::Weak => Some("weak evidence: the numbers point this way but do not settle it"),
+    }
+}
+
+/// `pattern (scope): summary`, plus the caveat of a weak finding: the one
+/// line that names a finding (flame graph subtitles, headings).
+pub(crate) fn finding_line(report: &Report, finding: &Finding) -> String {
+    let mut line = format!(
+        "{} ({}): {}",
+        pattern_name(finding.pattern),
+        scope_text(report, finding.scope),
+        finding.summary
+    );
+    if let Some(caveat) = weakness(finding.strength) {
+        line.push_str(&format!(" [{caveat}]"));
+    }
+    line
+}
+
+/// One code path on one line, innermost frame first, e.g.
+/// `append (app/cache.py:42) ← handle (app/views.py:10) ← … 2 more`. Native
+/// frames under Python ones are left out; a stack of only native frames shows
+/// them. `(empty stack)` for an unknown id or an empty stack.
+pub(crate) fn path_line(report: &Report, stack: StackId) -> String {
+    let frames = report.frames(stack);
+    let python: Vec<&Frame> = frames
+        .iter()
+        .rev()
+        .filter(|f| !matches!(f, Frame::Native { .. }))
+        .collect();
+    let shown: Vec<&Frame> = if python.is_empty() {
+        frames.iter().rev().collect()
+    } else {
+        python
+    };
+    if shown.is_empty() {
+        return "(empty stack)".to_owned();
+    }
+    let mut line = shown
+        .iter()
+        .take(MAX_FRAMES_PER_LINE)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" ← ");
+    if shown.len() > MAX_FRAMES_PER_LINE {
+        line.push_str(&format!(" ← … {} more", shown.len() - MAX_FRAMES_PER_LINE));
+    }
+    line
+}
+
+/// Frames as the reports list them: the Python (and marker) frames
+/// innermost first, then the native frames under them, `native: `-prefixed.
+pub(crate) fn frames_innermost_first(frames: &[Frame]) -> Vec<String> {
+    let native_start = frames
+        .iter()
+        .rposition(|f| !matches!(f, Frame::Native { .. }))
+        .map_or(0, |last| last + 1);
+    let (python, native) = frames.split_at(native_start);
+    python
+        .iter()
+        .rev()
+        .map(ToString::to_string)
+        .chain(native.iter().rev().map(|f| format!("native: {f}")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::test_support::{native, py, server_report};
+
+    #[test]
+    fn paths_read_innermost_first_without_native_frames_under_python() {
+        let report = server_report();
+        let leak = report.paths[0].stack;
+        assert_eq!(
+            path_line(&report, leak),
+            "append (app/cache.py:42) ← handle (app/views.py:10) ← <module> (server.py:1)"
+        );
+        assert_eq!(path_line(&report, StackId(99)), "(empty stack)");
+    }
+
+    #[test]
+    fn long_and_native_only_paths() {
+        let mut report = server_report();
+        report
+            .stacks
+            .push((0..6).map(|i| py(&format!("f{i}"), "m.py", i)).collect());
+        report.stacks.push(vec![native("main"), native("malloc")]);
+        let long = StackId(u32::try_from(report.stacks.len() - 2).unwrap());
+        let only_native = StackId(long.0 + 1);
+        assert_eq!(
+            path_line(&report, long),
+            "f5 (m.py:5) ← f4 (m.py:4) ← f3 (m.py:3) ← f2 (m.py:2) ← … 2 more"
+        );
+        assert_eq!(path_line(&report, only_native), "malloc ← main");
+    }
+
+    #[test]
+    fn listed_frames_put_native_ones_last() {
+        let frames = [
+            py("<module>", "m.py", 1),
+            py("f", "m.py", 2),
+            native("malloc"),
+        ];
+        assert_eq!(
+            frames_innermost_first(&frames),
+            ["f (m.py:2)", "<module> (m.py:1)", "native: malloc"]
+        );
+        assert!(frames_innermost_first(&[]).is_empty());
+    }
+
+    #[test]
+    fn weak_findings_say_so() {
+        let report = server_report();
+        let finding = Finding {
+            pattern: Pattern::OneProcessGrows,
+            scope: Scope::Process { tgid: 101 },
+            strength: Strength::Weak,
+            summary: "worker 101 grows".to_owned(),
+            evidence: Vec::new(),
+            paths: Vec::new(),
+            next_step: String::new(),
+        };
+        assert_eq!(
+            finding_line(&report, &finding),
+            "one process grows (tgid 101 (python3 server.py)): worker 101 grows \
+             [weak evidence: the numbers point this way but do not settle it]"
+        );
+        let strong = Finding {
+            strength: Strength::Strong,
+            ..finding
+        };
+        assert!(!finding_line(&report, &strong).contains("weak"));
+    }
+}
