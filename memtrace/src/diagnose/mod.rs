@@ -72,6 +72,12 @@ const STABLE_LATE_CHANGE_FRACTION: f64 = 0.1;
 /// when `|rise / size - N| / N` is at most this. 0.35.
 const MULTIPLICATION_TOLERANCE: f64 = 0.35;
 
+/// Worker multiplication needs the steps at the forks themselves (each new
+/// worker's first RSS reading) to make at least this share of the tree's
+/// rise; when workers grow mostly after forking, the growth is theirs
+/// (a leak or retention in each worker), not the fork count's. 0.5.
+const MIN_FORK_STEP_SHARE: f64 = 0.5;
+
 /// A spike is released when RSS falls back after the peak by at least this
 /// fraction of the rise. 0.5.
 const SPIKE_RELEASE_FRACTION: f64 = 0.5;

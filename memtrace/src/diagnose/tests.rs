@@ -358,6 +358,31 @@ fn forks_of_uneven_workers_are_not_multiplication() {
     );
 }
 
+#[test]
+fn workers_that_grow_after_forking_are_not_multiplication() {
+    // Small at fork (16 MiB each), then each grows 64 MiB in its own cache:
+    // the fork steps make a small share of the tree's rise.
+    let mut run = Run::new();
+    run.process(300, None, Role::Root, 0);
+    run.flat(300, 0, 8 * S, 20, 1_000);
+    for (i, tgid) in [301_u32, 302, 303, 304].into_iter().enumerate() {
+        let forked_ns = S / 10 + i as u64 * S / 100;
+        run.process(tgid, Some(300), Role::Worker, forked_ns);
+        run.readings(
+            tgid,
+            forked_ns + S / 10,
+            &[(16, 0), (40, 20_000), (64, 40_000), (80, 60_000)],
+        );
+        run.flat(tgid, 4 * S, 8 * S, 80, 60_000);
+        run.grow(tgid, "render_report", S, 64);
+    }
+    let findings = diagnose(&run.finish(8 * S));
+    assert!(
+        of(&findings, Pattern::WorkerMultiplication).is_empty(),
+        "{findings:#?}"
+    );
+}
+
 /// Process 400 idles at 12 MiB, builds a 200 MiB payload in
 /// `build_payload` at 1-1.5 s, holds it to 2 s, frees it by 2.5 s, then idles
 /// until 6 s.

@@ -10,8 +10,9 @@ use crate::report::format_bytes;
 use super::{
     describe_groups, function_name, growth_too_small, lived, lived_timeline, median,
     merged_growth_paths, path_name, percent, process_path_groups, seconds, too_few_readings, Draft,
-    PathEvidence, Pattern, Scope, LARGE_WORKER_BYTES, MAX_WORKER_SPREAD, MIN_GROWTH_BYTES,
-    MULTIPLICATION_TOLERANCE, SIBLING_GROWTH_RATIO, STABLE_LATE_CHANGE_FRACTION, TOP_PATHS,
+    PathEvidence, Pattern, Scope, LARGE_WORKER_BYTES, MAX_WORKER_SPREAD, MIN_FORK_STEP_SHARE,
+    MIN_GROWTH_BYTES, MULTIPLICATION_TOLERANCE, SIBLING_GROWTH_RATIO, STABLE_LATE_CHANGE_FRACTION,
+    TOP_PATHS,
 };
 
 /// All tree-wide findings of `report`.
@@ -323,9 +324,14 @@ fn worker_multiplication(report: &Report) -> Option<Draft> {
     } else {
         rise as f64 / per_worker as f64
     };
+    let fork_steps: u64 = forks
+        .iter()
+        .map(|w| w.timeline.first().map_or(0, |pt| pt.rss_bytes))
+        .sum();
     if forks.len() < 2
         || per_worker < MIN_GROWTH_BYTES
         || (ratio - n).abs() / n > MULTIPLICATION_TOLERANCE
+        || (fork_steps as f64) < MIN_FORK_STEP_SHARE * rise as f64
     {
         return None;
     }
