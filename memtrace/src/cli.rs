@@ -27,8 +27,8 @@ pub enum Command {
     /// Render a capture file written by `record`/`run --capture` (no root
     /// needed, any machine).
     Report(ReportArgs),
-    /// Which growth paths grew between two captures, or between two times of
-    /// one capture.
+    /// Which growth paths grew between two captures (BEFORE AFTER), or
+    /// between two times of one capture (BEFORE --from T1 --to T2).
     Diff(DiffArgs),
 }
 
@@ -93,11 +93,13 @@ pub struct DiffArgs {
     /// The later capture; omit it to compare two times of BEFORE.
     #[arg(value_name = "AFTER")]
     pub after: Option<PathBuf>,
-    /// With one capture: the earlier time, from the start of the capture
-    /// (e.g. `30s`).
+    /// With one capture: compare what grew in [start, T1) with what grew in
+    /// [T1, T2); process RSS is the last reading before T1 against the last
+    /// before T2. Times from the start of the capture (e.g. `30s`).
     #[arg(long, value_parser = humantime::parse_duration, requires = "to")]
     pub from: Option<Duration>,
-    /// With one capture: the later time, from the start of the capture.
+    /// With one capture: T2, the end of the later window; at most the
+    /// capture's length.
     #[arg(long, value_parser = humantime::parse_duration, requires = "from")]
     pub to: Option<Duration>,
     /// `table` or `flamegraph` (a differential flame graph).

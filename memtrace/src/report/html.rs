@@ -128,11 +128,10 @@ fn finding_html(report: &Report, finding: &Finding, html: &mut String) {
         finding.evidence.iter().map(String::as_str),
         html,
     );
-    let paths: Vec<String> = finding
-        .paths
-        .iter()
-        .map(|stack| text::path_line(report, *stack))
-        .collect();
+    let (mut paths, left_out) = text::finding_path_lines(report, finding);
+    if left_out > 0 {
+        paths.push(format!("… {left_out} more paths"));
+    }
     if !paths.is_empty() {
         html.push_str("<p>Code paths behind it:</p>\n");
         list("frames", paths.iter().map(String::as_str), html);

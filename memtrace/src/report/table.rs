@@ -13,9 +13,6 @@ use super::{format_bytes, format_signed_bytes, text, WrittenFiles};
 use crate::aggregate::{Frame, PathReport, ProcessReport, PythonStatus, Report, StackGrowthReport};
 use crate::diagnose::Finding;
 
-/// Most code paths printed per finding.
-const MAX_PATHS_PER_FINDING: usize = 3;
-
 /// Most Python frames printed per path (innermost ones); the rest are counted.
 const MAX_FRAMES_SHOWN: usize = 12;
 
@@ -103,15 +100,12 @@ fn finding_entry(
     for evidence in &finding.evidence {
         writeln!(out, "       - {evidence}")?;
     }
-    for stack in finding.paths.iter().take(MAX_PATHS_PER_FINDING) {
-        writeln!(out, "       path: {}", text::path_line(report, *stack))?;
+    let (paths, left_out) = text::finding_path_lines(report, finding);
+    for path in paths {
+        writeln!(out, "       path: {path}")?;
     }
-    if finding.paths.len() > MAX_PATHS_PER_FINDING {
-        writeln!(
-            out,
-            "       … {} more paths",
-            finding.paths.len() - MAX_PATHS_PER_FINDING
-        )?;
+    if left_out > 0 {
+        writeln!(out, "       … {left_out} more paths")?;
     }
     if !finding.next_step.is_empty() {
         writeln!(out, "       next step: {}", finding.next_step)?;

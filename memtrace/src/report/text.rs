@@ -58,6 +58,25 @@ pub(crate) fn finding_line(report: &Report, finding: &Finding) -> String {
 }
 
 /// One code path on one line, innermost frame first, e.g.
+/// Code paths shown under a finding, at most.
+pub(crate) const MAX_PATHS_PER_FINDING: usize = 3;
+
+/// The finding's code paths as [`path_line`]s, duplicates (stacks that differ
+/// only in native frames) dropped, at most [`MAX_PATHS_PER_FINDING`]; and
+/// how many distinct ones were left out.
+pub(crate) fn finding_path_lines(report: &Report, finding: &Finding) -> (Vec<String>, usize) {
+    let mut lines: Vec<String> = Vec::new();
+    for stack in &finding.paths {
+        let line = path_line(report, *stack);
+        if !lines.contains(&line) {
+            lines.push(line);
+        }
+    }
+    let left_out = lines.len().saturating_sub(MAX_PATHS_PER_FINDING);
+    lines.truncate(MAX_PATHS_PER_FINDING);
+    (lines, left_out)
+}
+
 /// `append (app/cache.py:42) ← handle (app/views.py:10) ← … 2 more`. Native
 /// frames under Python ones are left out; a stack of only native frames shows
 /// them. `(empty stack)` for an unknown id or an empty stack.
