@@ -6,78 +6,54 @@
 //! Recording needs root (CAP_BPF + CAP_PERFMON) and a kernel with BTF:
 //! without them those tests print why they skip.
 
+#[expect(
+    dead_code,
+    reason = "capture.rs records and replays captures itself: it runs no `common::trace` and reads no workload events"
+)]
+mod common;
+
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn script(name: &str) -> PathBuf {
-    workspace().join("tests/scripts").join(name)
-}
-
-fn memtrace() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_memtrace"))
-}
-
-/// Why eBPF tests cannot run here, if they cannot.
-fn ebpf_unavailable() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root: loading eBPF programs needs CAP_BPF and CAP_PERFMON".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
-    }
-    None
-}
+use common::{assert_success, interpreter, memtrace, pyenv, require_ebpf, script, stack_functions};
 
 /// A supported interpreter, or `None` after printing why the test skips.
 fn python() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let candidates = [
-        home.join(".pyenv/versions/3.12.1/bin/python3.12"),
+    interpreter(&[
+        pyenv("3.12.1", "python3.12"),
         PathBuf::from("/usr/bin/python3.11"),
-    ];
-    let found = candidates.iter().find(|p| p.exists()).cloned();
-    if found.is_none() {
-        println!("skipping: none of {candidates:?} is installed");
-    }
-    found
+    ])
 }
 
-macro_rules! require_recording {
-    () => {{
-        if let Some(why) = ebpf_unavailable() {
-            println!("skipping: {why}");
-            return;
-        }
-        match python() {
-            Some(python) => python,
-            None => return,
-        }
-    }};
-}
-
-fn assert_success(output: &Output, what: &str) {
-    assert!(
-        output.status.success(),
-        "{what} failed: {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+/// `memtrace run --quiet [OPTIONS] --output-dir DIR --capture CAPTURE --
+/// PYTHON grow_cache.py --mib 64 --hold HOLD_S`, not yet started.
+fn record_grow_cache(
+    options: &[&str],
+    dir: &Path,
+    capture: &Path,
+    python: &Path,
+    hold_s: &str,
+) -> Command {
+    let mut command = memtrace();
+    command
+        .args(["run", "--quiet"])
+        .args(options)
+        .arg("--output-dir")
+        .arg(dir)
+        .arg("--capture")
+        .arg(capture)
+        .arg("--")
+        .arg(python)
+        .arg(script("grow_cache.py"))
+        .args(["--mib", "64", "--hold", hold_s])
+        .stdin(Stdio::null());
+    command
 }
 
 /// `memtrace report FILE --format json`, expecting success: the report and
@@ -101,12 +77,8 @@ fn growth_functions(report: &Value) -> Vec<String> {
         if path["bytes"]["growth_bytes"].as_u64().unwrap_or(0) == 0 {
             continue;
         }
-        let stack = path["stack"].as_u64().expect("path has a stack id") as usize;
-        for frame in report["stacks"][stack].as_array().into_iter().flatten() {
-            if let Some(function) = frame["function"].as_str() {
-                names.push(function.to_owned());
-            }
-        }
+        let stack = path["stack"].as_u64().expect("path has a stack id");
+        names.extend(stack_functions(report, stack));
     }
     names
 }
@@ -124,21 +96,18 @@ fn file_ending(dir: &Path, suffix: &str) -> PathBuf {
 
 #[test]
 fn the_report_of_a_capture_is_the_report_of_the_live_run() {
-    let python = require_recording!();
+    let python = require_ebpf!(python());
     let dir = tempfile::tempdir().unwrap();
     let capture = dir.path().join("grow.capture");
-    let output = memtrace()
-        .args(["run", "--quiet", "--format", "flamegraph", "--output-dir"])
-        .arg(dir.path())
-        .arg("--capture")
-        .arg(&capture)
-        .arg("--")
-        .arg(&python)
-        .arg(script("grow_cache.py"))
-        .args(["--mib", "64", "--hold", "1.5"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let output = record_grow_cache(
+        &["--format", "flamegraph"],
+        dir.path(),
+        &capture,
+        &python,
+        "1.5",
+    )
+    .output()
+    .unwrap();
     assert_success(&output, "memtrace run --capture");
     let live_json = file_ending(dir.path(), ".json");
     let live: Value = serde_json::from_str(&std::fs::read_to_string(live_json).unwrap()).unwrap();
@@ -168,19 +137,10 @@ fn the_report_of_a_capture_is_the_report_of_the_live_run() {
 
 #[test]
 fn a_capture_cut_by_sigkill_still_reports_what_was_flushed() {
-    let python = require_recording!();
+    let python = require_ebpf!(python());
     let dir = tempfile::tempdir().unwrap();
     let capture = dir.path().join("killed.capture");
-    let mut tracer = memtrace()
-        .args(["run", "--quiet", "--output-dir"])
-        .arg(dir.path())
-        .arg("--capture")
-        .arg(&capture)
-        .arg("--")
-        .arg(&python)
-        .arg(script("grow_cache.py"))
-        .args(["--mib", "64", "--hold", "30"])
-        .stdin(Stdio::null())
+    let mut tracer = record_grow_cache(&[], dir.path(), &capture, &python, "30")
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

@@ -7,92 +7,50 @@
 //! Recording needs root (CAP_BPF + CAP_PERFMON) and a kernel with BTF:
 //! without them those tests print why they skip.
 
+#[expect(
+    dead_code,
+    reason = "diff.rs reads diff tables, not JSON reports: `common::trace` and its report readers go unused here"
+)]
+mod common;
+#[path = "common/svg.rs"]
+mod svg;
+
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::{Output, Stdio},
 };
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use common::{assert_success, interpreter, memtrace, pyenv, require_ebpf, script};
+use svg::{parse_svg, titles};
 
-fn script(name: &str) -> String {
-    let path = workspace().join("tests/scripts").join(name);
-    path.to_str().unwrap().to_owned()
-}
-
-fn memtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+/// memtrace run with `args`, standard input closed.
+fn run(args: &[&str]) -> Output {
+    memtrace().args(args).stdin(Stdio::null()).output().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Why captures cannot be recorded here, if they cannot.
-fn recording_unavailable() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root: loading eBPF programs needs CAP_BPF and CAP_PERFMON".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
-    }
-    None
-}
-
-/// A Python 3.12 interpreter, or why there is none.
-fn python() -> Result<String, String> {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let pyenv = home.join(".pyenv/versions/3.12.1/bin/python3.12");
-    let debian = PathBuf::from("/usr/bin/python3.11");
-    [pyenv, debian]
-        .into_iter()
-        .find(|p| p.exists())
-        .map(|p| p.to_str().unwrap().to_owned())
-        .ok_or_else(|| "no Python interpreter (pyenv 3.12.1 or /usr/bin/python3.11)".into())
-}
-
-macro_rules! require_recording {
-    () => {{
-        if let Some(why) = recording_unavailable() {
-            println!("skipping: {why}");
-            return;
-        }
-        match python() {
-            Ok(python) => python,
-            Err(why) => {
-                println!("skipping: {why}");
-                return;
-            }
-        }
-    }};
+/// A Python 3.12 interpreter (or Debian's 3.11), or `None` after printing
+/// why the test skips.
+fn python() -> Option<PathBuf> {
+    interpreter(&[
+        pyenv("3.12.1", "python3.12"),
+        PathBuf::from("/usr/bin/python3.11"),
+    ])
 }
 
 /// Runs memtrace, expecting success; returns its standard output.
 fn success(args: &[&str]) -> String {
-    let output = memtrace(args);
-    assert!(
-        output.status.success(),
-        "memtrace {args:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        text(&output.stdout),
-        text(&output.stderr)
-    );
+    let output = run(args);
+    assert_success(&output, &format!("memtrace {args:?}"));
     text(&output.stdout)
 }
 
 /// Runs memtrace, expecting failure; returns its standard error.
 fn failure(args: &[&str]) -> String {
-    let output = memtrace(args);
+    let output = run(args);
     assert!(
         !output.status.success(),
         "memtrace {args:?} succeeded:\n{}",
@@ -101,8 +59,10 @@ fn failure(args: &[&str]) -> String {
     text(&output.stderr)
 }
 
-/// Records `python script args...` into `capture`.
-fn record(dir: &Path, capture: &Path, python: &str, script_args: &[&str]) {
+/// Records `python SCRIPT args...` (a workload of tests/scripts/) into
+/// `capture`.
+fn record(dir: &Path, capture: &Path, python: &Path, script_name: &str, script_args: &[&str]) {
+    let script = script(script_name);
     let mut args = vec![
         "run",
         "--quiet",
@@ -111,7 +71,8 @@ fn record(dir: &Path, capture: &Path, python: &str, script_args: &[&str]) {
         "--capture",
         capture.to_str().unwrap(),
         "--",
-        python,
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
     ];
     args.extend_from_slice(script_args);
     success(&args);
@@ -153,17 +114,11 @@ fn assert_top_path_grew(table: &str, function: &str) {
 /// A flame graph file parses as SVG and has a frame named `function`.
 fn assert_svg_names(svg_path: &Path, function: &str) {
     let svg = std::fs::read_to_string(svg_path).unwrap();
-    let options = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..roxmltree::ParsingOptions::default()
-    };
-    let doc = roxmltree::Document::parse_with_options(&svg, options)
-        .unwrap_or_else(|e| panic!("not XML: {e}\n{svg}"));
+    let doc = parse_svg(&svg);
     assert_eq!(doc.root_element().tag_name().name(), "svg");
     assert!(
-        doc.descendants()
-            .filter(|n| n.has_tag_name("title"))
-            .filter_map(|n| n.text())
+        titles(&doc)
+            .iter()
             .any(|t| t.starts_with(&format!("{function} ("))),
         "no `{function}` frame in the flame graph"
     );
@@ -171,24 +126,25 @@ fn assert_svg_names(svg_path: &Path, function: &str) {
 
 #[test]
 fn two_captures_of_a_growing_script_name_the_grown_function() {
-    let python = require_recording!();
+    let python = require_ebpf!(python());
     let dir = tempfile::tempdir().unwrap();
     let (before, after) = (
         dir.path().join("small.capture"),
         dir.path().join("big.capture"),
     );
-    let grow = script("grow_cache.py");
     record(
         dir.path(),
         &before,
         &python,
-        &[&grow, "--mib", "16", "--hold", "0.5"],
+        "grow_cache.py",
+        &["--mib", "16", "--hold", "0.5"],
     );
     record(
         dir.path(),
         &after,
         &python,
-        &[&grow, "--mib", "128", "--hold", "0.5"],
+        "grow_cache.py",
+        &["--mib", "128", "--hold", "0.5"],
     );
     let (before, after) = (before.to_str().unwrap(), after.to_str().unwrap());
 
@@ -210,21 +166,12 @@ fn two_captures_of_a_growing_script_name_the_grown_function() {
 
 #[test]
 fn two_windows_of_one_capture_name_what_grew_between_them() {
-    let python = require_recording!();
+    let python = require_ebpf!(python());
     let dir = tempfile::tempdir().unwrap();
     let capture = dir.path().join("one.capture");
     // Idle for 3 s, grow 64 MiB in grow_after_attach, hold 3 s.
-    let args = [
-        script("wait_then_grow.py"),
-        "--mib".into(),
-        "64".into(),
-        "--start-delay".into(),
-        "3".into(),
-        "--hold".into(),
-        "3".into(),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    record(dir.path(), &capture, &python, &args);
+    let args = ["--mib", "64", "--start-delay", "3", "--hold", "3"];
+    record(dir.path(), &capture, &python, "wait_then_grow.py", &args);
     let capture = capture.to_str().unwrap();
 
     let table = success(&["diff", capture, "--from", "2s", "--to", "6s"]);

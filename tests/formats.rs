@@ -7,6 +7,9 @@
 //! no eBPF are needed. A test whose program is missing prints why and
 //! passes; `cargo xtask test` installs them all first.
 
+#[path = "common/svg.rs"]
+mod svg;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -14,6 +17,7 @@ use memtrace::aggregate::{Aggregator, Frame, MemorySample, ProcessStart, Report,
 use memtrace::cli::Format;
 use memtrace::report::{self, RenderOptions};
 use memtrace_common::{MemoryEvent, ProcessCounters, MM_ANONPAGES, MM_FILEPAGES};
+use svg::{parse_svg, titles};
 
 const MIB: u64 = 1024 * 1024;
 const S: u64 = 1_000_000_000;
@@ -208,16 +212,6 @@ fn go_tool_pprof_reads_the_profile() {
     assert!(text.contains("gunicorn app:wsgi"), "{text}");
 }
 
-/// Parses an SVG file (inferno's carries the SVG 1.1 DOCTYPE).
-fn parse_svg(text: &str) -> roxmltree::Document<'_> {
-    let options = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..roxmltree::ParsingOptions::default()
-    };
-    roxmltree::Document::parse_with_options(text, options)
-        .unwrap_or_else(|e| panic!("not well-formed XML: {e}\n{text}"))
-}
-
 #[test]
 fn flame_graph_svg_is_well_formed_xml() {
     let dir = tempfile::tempdir().unwrap();
@@ -230,11 +224,7 @@ fn flame_graph_svg_is_well_formed_xml() {
         let text = std::fs::read_to_string(&file).unwrap();
         let doc = parse_svg(&text);
         assert_eq!(doc.root_element().tag_name().name(), "svg");
-        let titles: Vec<&str> = doc
-            .descendants()
-            .filter(|n| n.has_tag_name("title"))
-            .filter_map(|n| n.text())
-            .collect();
+        let titles = titles(&doc);
         assert!(
             titles
                 .iter()

@@ -7,98 +7,27 @@
 //! each test prints why it skips. An interpreter that is absent is skipped
 //! with a printed reason. `cargo xtask test` runs them one at a time.
 
+mod common;
+
 use std::{
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
 use serde_json::Value;
 
+use common::{
+    interpreter, memtrace, pyenv, python_3_11, require_ebpf, script, stack_functions, trace,
+    trace_script, Trace,
+};
+
 /// Allowed relative error of attributed bytes against the workload's own
 /// measurement of its growth.
 const TOLERANCE: f64 = 0.25;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn script(name: &str) -> PathBuf {
-    workspace().join("tests/scripts").join(name)
-}
-
-fn memtrace() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_memtrace"))
-}
-
-/// Why eBPF tests cannot run here, if they cannot.
-fn ebpf_unavailable() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root: loading eBPF programs needs CAP_BPF and CAP_PERFMON".into());
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        return Some("kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
-    }
-    None
-}
-
-macro_rules! require_ebpf {
-    () => {
-        if let Some(why) = ebpf_unavailable() {
-            println!("skipping: {why}");
-            return;
-        }
-    };
-}
-
-fn pyenv(version: &str, exe: &str) -> PathBuf {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    home.join(".pyenv/versions")
-        .join(version)
-        .join("bin")
-        .join(exe)
-}
-
-/// The interpreter if present, else `None` after printing why the case is
-/// skipped.
-fn interpreter(path: PathBuf) -> Option<PathBuf> {
-    if path.exists() {
-        Some(path)
-    } else {
-        println!(
-            "skipping: interpreter `{}` is not installed",
-            path.display()
-        );
-        None
-    }
-}
-
-/// A finished trace: memtrace's output and its JSON report.
-struct Trace {
-    output: Output,
-    report: Value,
-}
-
+/// Readers of the report for these tests' assertions.
 impl Trace {
-    fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.output.stdout).into_owned()
-    }
-
-    /// The JSON line the workload printed for `event` (its own measurements).
-    fn workload_event(&self, event: &str) -> Value {
-        self.stdout()
-            .lines()
-            .filter(|l| l.trim_start().starts_with('{'))
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|v| v["event"] == event)
-            .unwrap_or_else(|| panic!("workload printed no `{event}` line:\n{}", self.stdout()))
-    }
-
     /// Every (process, stack) path, largest resident growth first.
     fn paths(&self) -> &Vec<Value> {
         self.report["paths"].as_array().expect("report has paths")
@@ -106,10 +35,8 @@ impl Trace {
 
     /// Python function names of a path's stack, outermost first.
     fn functions(&self, path: &Value) -> Vec<String> {
-        let stack = path["stack"].as_u64().expect("path has a stack id") as usize;
-        let mut names = Vec::new();
-        collect_functions(&self.report["stacks"][stack], &mut names);
-        names
+        let stack = path["stack"].as_u64().expect("path has a stack id");
+        stack_functions(&self.report, stack)
     }
 
     fn process(&self, tgid: u64) -> &Value {
@@ -127,46 +54,6 @@ impl Trace {
     }
 }
 
-/// Runs memtrace with `args` (plus `--quiet --output-dir TMP`), expecting
-/// success, and reads the JSON report it wrote.
-fn trace(args: &[&str]) -> Trace {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = memtrace();
-    cmd.arg(args[0])
-        .arg("--quiet")
-        .arg("--output-dir")
-        .arg(dir.path())
-        .args(&args[1..]);
-    let output = cmd.stdin(Stdio::null()).output().unwrap();
-    assert!(
-        output.status.success(),
-        "memtrace {args:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let json = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "json"))
-        .expect("memtrace wrote a JSON report");
-    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    Trace { output, report }
-}
-
-fn collect_functions(value: &Value, names: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            if let Some(Value::String(f)) = map.get("function") {
-                names.push(f.clone());
-            }
-            map.values().for_each(|v| collect_functions(v, names));
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect_functions(v, names)),
-        _ => {}
-    }
-}
-
 fn assert_within(actual: f64, expected: f64, what: &str) {
     let error = (actual - expected).abs() / expected;
     assert!(
@@ -180,15 +67,7 @@ fn assert_within(actual: f64, expected: f64, what: &str) {
 /// grow_cache.py's `fill_cache` must be the top growth path, with its bytes
 /// within 25% of the growth the script measured.
 fn check_grow_cache(python: &Path) {
-    let script = script("grow_cache.py");
-    let trace = trace(&[
-        "run",
-        "--",
-        python.to_str().unwrap(),
-        script.to_str().unwrap(),
-        "--mib",
-        "256",
-    ]);
+    let trace = trace_script(python, "grow_cache.py", &["--mib", "256"]);
     // The script's own RSS growth across fill_cache (pymalloc rounding
     // included), the same quantity memtrace attributes.
     let expected = trace.workload_event("grown")["rss_growth_bytes"]
@@ -212,45 +91,30 @@ fn check_grow_cache(python: &Path) {
 
 #[test]
 fn attributes_growth_to_function_on_pyenv_3_11() {
-    require_ebpf!();
-    if let Some(python) = interpreter(pyenv("3.11.7", "python3.11")) {
-        check_grow_cache(&python);
-    }
+    let python = require_ebpf!(python_3_11());
+    check_grow_cache(&python);
 }
 
 #[test]
 fn attributes_growth_to_function_on_pyenv_3_12() {
-    require_ebpf!();
-    if let Some(python) = interpreter(pyenv("3.12.1", "python3.12")) {
-        check_grow_cache(&python);
-    }
+    let python = require_ebpf!(interpreter(&[pyenv("3.12.1", "python3.12")]));
+    check_grow_cache(&python);
 }
 
 #[test]
 fn attributes_growth_to_function_on_debian_static_python() {
-    require_ebpf!();
-    if let Some(python) = interpreter(PathBuf::from("/usr/bin/python3.11")) {
-        check_grow_cache(&python);
-    }
+    let python = require_ebpf!(interpreter(&[PathBuf::from("/usr/bin/python3.11")]));
+    check_grow_cache(&python);
 }
 
 #[test]
 fn names_the_one_leaking_worker() {
-    require_ebpf!();
-    let Some(python) = interpreter(pyenv("3.11.7", "python3.11")) else {
-        return;
-    };
-    let script = script("prefork_one_leaks.py");
-    let trace = trace(&[
-        "run",
-        "--",
-        python.to_str().unwrap(),
-        script.to_str().unwrap(),
-        "--workers",
-        "3",
-        "--mib",
-        "128",
-    ]);
+    let python = require_ebpf!(python_3_11());
+    let trace = trace_script(
+        &python,
+        "prefork_one_leaks.py",
+        &["--workers", "3", "--mib", "128"],
+    );
     let forked = trace.workload_event("forked");
     let leaker = forked["leaker_pid"].as_u64().expect("leaker_pid");
     let workers: Vec<u64> = forked["workers"]
@@ -305,10 +169,7 @@ fn names_the_one_leaking_worker() {
 
 #[test]
 fn attaches_to_a_running_process() {
-    require_ebpf!();
-    let Some(python) = interpreter(pyenv("3.11.7", "python3.11")) else {
-        return;
-    };
+    let python = require_ebpf!(python_3_11());
     let dir = tempfile::tempdir().unwrap();
     let trigger = dir.path().join("go");
     let mut target = Command::new(&python)

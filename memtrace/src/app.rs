@@ -323,10 +323,19 @@ impl Session {
             ts_ns,
         });
         self.resolver.inherit(child, parent);
-        // The kernel side copied the parent's CPython layout too.
-        if let Some(PythonState::Known(status @ PythonStatus::Python { .. })) =
-            self.tree.get(parent).map(|p| p.python.clone())
-        {
+        // The kernel side copies the parent's CPython layout at fork, but
+        // only if the layout reached the kernel before the fork; the probe
+        // may have run between the fork and this record, so write it again.
+        let Some((info, status)) = self.tree.get(parent).and_then(|p| match &p.python {
+            PythonState::Known(status @ PythonStatus::Python { .. }) => {
+                Some((p.py_info?, status.clone()))
+            }
+            _ => None,
+        }) else {
+            return;
+        };
+        if self.tracer.set_python(child, info).is_ok() {
+            self.tree.set_py_info(child, info);
             self.set_python_status(child, status);
         }
     }
@@ -462,6 +471,7 @@ impl Session {
                     return;
                 }
                 self.resolver.register(tgid, &process);
+                self.tree.set_py_info(tgid, process.info);
                 let version = process.version.to_string();
                 self.set_python_status(tgid, PythonStatus::Python { version });
             }

@@ -20,13 +20,12 @@ use inferno::flamegraph::color::{BasicPalette, Palette};
 use crate::aggregate::{Frame, ProcessReport, Report, Role};
 use crate::capture;
 use crate::cli::{DiffArgs, Format};
+use crate::report::folded::sanitize;
+use crate::report::table::frame_lines;
 use crate::report::{format_bytes, format_signed_bytes};
 
 /// Most growth paths the table lists; the rest are counted.
 const MAX_PATHS_SHOWN: usize = 20;
-
-/// Most frames printed per path (innermost ones); the rest are counted.
-const MAX_FRAMES_SHOWN: usize = 12;
 
 /// Nanoseconds per second, for times shown in seconds.
 const NS_PER_S: f64 = 1e9;
@@ -358,31 +357,6 @@ fn path_table(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-/// Frames innermost first: the Python (and marker) frames, at most
-/// [`MAX_FRAMES_SHOWN`], then the trailing native frames (the layout of the
-/// main report's table).
-fn frame_lines(frames: &[Frame], out: &mut dyn Write) -> io::Result<()> {
-    let native_start = frames
-        .iter()
-        .rposition(|f| !matches!(f, Frame::Native { .. }))
-        .map_or(0, |last| last + 1);
-    let (python, native) = frames.split_at(native_start);
-    for frame in python.iter().rev().take(MAX_FRAMES_SHOWN) {
-        writeln!(out, "        {frame}")?;
-    }
-    if python.len() > MAX_FRAMES_SHOWN {
-        let more = python.len() - MAX_FRAMES_SHOWN;
-        writeln!(out, "        … {more} more outer frames")?;
-    }
-    for frame in native.iter().rev() {
-        writeln!(out, "        native: {frame}")?;
-    }
-    if frames.is_empty() {
-        writeln!(out, "        (empty stack)")?;
-    }
-    Ok(())
-}
-
 /// Writes `diff` as a differential flame graph (SVG, inferno): frame widths
 /// are the later side's sampled growth in bytes, red where a stack grew
 /// more than on the earlier side, blue where it grew less (Brendan Gregg's
@@ -442,17 +416,6 @@ fn folded(diff: &Diff, bytes: impl Fn(&PathDiff) -> u64) -> String {
         text.push_str(&format!("{line} {}\n", bytes(path)));
     }
     text
-}
-
-/// Replaces the characters the folded format reserves.
-fn sanitize(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            ';' => ':',
-            '\n' | '\r' => ' ',
-            other => other,
-        })
-        .collect()
 }
 
 /// What `memtrace diff` was asked to compare, checked for shape.
@@ -655,10 +618,16 @@ fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Flame graph SVG readers shared with the integration tests.
+#[cfg(test)]
+#[path = "../../tests/common/svg.rs"]
+mod test_svg;
+
 #[cfg(test)]
 mod tests {
     use memtrace_common::MemoryEvent;
 
+    use super::test_svg::{parse_svg, titles};
     use super::*;
     use crate::aggregate::test_support::{
         leak_stack, meta, native, parse_stack, py, rss, sample, start, MIB,
@@ -877,11 +846,7 @@ mod tests {
         let svg = String::from_utf8(out).unwrap();
         let doc = parse_svg(&svg);
         assert_eq!(doc.root_element().tag_name().name(), "svg");
-        let titles: Vec<&str> = doc
-            .descendants()
-            .filter(|n| n.has_tag_name("title"))
-            .filter_map(|n| n.text())
-            .collect();
+        let titles = titles(&doc);
         // inferno's differential tooltips: `name (N bytes, share; +delta%)`,
         // the delta on the leaf frame.
         let leaf = titles
@@ -902,15 +867,6 @@ mod tests {
         let mut out = Vec::new();
         let err = render_flamegraph(&diff(&before, &none), &sides(), &mut out).unwrap_err();
         assert!(matches!(err, DiffError::NothingToDraw), "{err}");
-    }
-
-    /// `svg` parsed as XML (inferno's SVG carries a DOCTYPE).
-    fn parse_svg(svg: &str) -> roxmltree::Document<'_> {
-        let options = roxmltree::ParsingOptions {
-            allow_dtd: true,
-            ..roxmltree::ParsingOptions::default()
-        };
-        roxmltree::Document::parse_with_options(svg, options).unwrap()
     }
 
     fn args(after: Option<&str>, window: Option<(u64, u64)>, format: Format) -> DiffArgs {

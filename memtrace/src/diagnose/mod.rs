@@ -135,7 +135,10 @@ pub enum Pattern {
     Spike,
     /// Memory that stays up after activity drops, or rises while idle.
     Retention,
-    /// Nothing grew enough to explain.
+    /// A process grew but fits none of the patterns above (always weak;
+    /// scope that process).
+    UnmatchedGrowth,
+    /// Nothing grew enough to explain (scope tree).
     NoGrowth,
 }
 
@@ -182,7 +185,9 @@ pub struct Finding {
 }
 
 /// Classifies the report's processes and tree. Always returns at least one
-/// finding (`NoGrowth` when nothing grew), most important first: strong
+/// finding (when no pattern matched: `NoGrowth` when nothing grew, a weak
+/// `UnmatchedGrowth` about the largest riser when it grew), most important
+/// first: strong
 /// before weak, then by the bytes each explains, largest first.
 pub fn diagnose(report: &Report) -> Vec<Finding> {
     let mut drafts = tree::findings(report);
@@ -190,7 +195,7 @@ pub fn diagnose(report: &Report) -> Vec<Finding> {
         drafts.extend(process::findings(report, process));
     }
     if drafts.is_empty() {
-        drafts.push(no_growth(report));
+        drafts.push(no_pattern(report));
     }
     for draft in &mut drafts {
         draft.weak_if(trace_too_short(report));
@@ -273,14 +278,13 @@ impl Draft {
         }
     }
 
-    /// The finished finding: weak when any reason was recorded, and then the
-    /// summary and evidence say why.
+    /// The finished finding: weak when any reason was recorded, and then its
+    /// last evidence line says why (once; the summary stays one sentence).
     fn into_finding(mut self) -> Finding {
         let strength = if self.weak_reasons.is_empty() {
             Strength::Strong
         } else {
             let reasons = self.weak_reasons.join("; ");
-            self.summary = format!("{} (weak evidence: {reasons})", self.summary);
             self.evidence.push(format!("weak evidence: {reasons}"));
             Strength::Weak
         };
@@ -501,6 +505,11 @@ impl Lived {
     fn growth_bytes(&self) -> u64 {
         self.end_bytes.saturating_sub(self.start_bytes)
     }
+
+    /// `peak - start`: how far it rose, whether or not it fell back.
+    fn rise_bytes(&self) -> u64 {
+        self.peak_bytes.saturating_sub(self.start_bytes)
+    }
 }
 
 /// `p`'s RSS over its [`lived_timeline`]; `None` without readings.
@@ -536,37 +545,43 @@ fn merged_growth_paths(report: &Report, tgids: &[u32]) -> Vec<PathEvidence> {
         .collect()
 }
 
-/// The finding when nothing grew past [`MIN_GROWTH_BYTES`]: says how much
-/// the largest grower grew.
-fn no_growth(report: &Report) -> Draft {
-    let largest = report
+/// The process whose RSS rose the most over its [`lived_timeline`] (peak
+/// minus first reading; the lowest tgid of equals), with that RSS.
+fn largest_riser(report: &Report) -> Option<(&ProcessReport, Lived)> {
+    report
         .processes
         .iter()
-        .filter_map(|p| {
-            p.rss
-                .map(|r| (p.tgid, r.growth_bytes.max(0).unsigned_abs()))
-        })
-        .max_by_key(|&(tgid, growth)| (growth, Reverse(tgid)));
+        .filter_map(|p| Some((p, lived(p)?)))
+        .max_by_key(|(p, rss)| (rss.rise_bytes(), Reverse(p.tgid)))
+}
+
+/// The finding when no pattern matched: [`Pattern::NoGrowth`] for the tree
+/// when no process rose by [`MIN_GROWTH_BYTES`], else a weak
+/// [`Pattern::UnmatchedGrowth`] about the largest riser.
+fn no_pattern(report: &Report) -> Draft {
+    match largest_riser(report) {
+        Some((p, rss)) if rss.rise_bytes() >= MIN_GROWTH_BYTES => unmatched_growth(report, p, rss),
+        largest => no_growth(report, largest.map(|(p, rss)| (p.tgid, rss.rise_bytes()))),
+    }
+}
+
+/// The finding when nothing rose past [`MIN_GROWTH_BYTES`]: says how much
+/// the largest riser (`(tgid, rise)`) rose.
+fn no_growth(report: &Report, largest: Option<(u32, u64)>) -> Draft {
     let summary = match largest {
-        Some((tgid, growth)) => format!(
-            "no growth to explain: the largest RSS growth is +{} in tgid {tgid} (under {})",
-            format_bytes(growth),
+        Some((tgid, rise)) => format!(
+            "no growth to explain: the largest RSS rise is +{} in tgid {tgid} (under {})",
+            format_bytes(rise),
             format_bytes(MIN_GROWTH_BYTES)
         ),
-        None => "no growth to explain: no RSS was read".to_owned(),
+        None => "no RSS was read, so no growth pattern can be told".to_owned(),
     };
     let mut draft = Draft::new(Pattern::NoGrowth, Scope::Tree, 0, summary);
-    draft.evidence.push(format!(
-        "{} process(es) traced for {}; peak total RSS {}",
-        report.totals.processes,
-        seconds(report.meta.duration_ns),
-        format_bytes(report.totals.peak_total_rss_bytes)
-    ));
+    draft.evidence.push(run_line(report));
     if largest.is_none() {
         draft.weak_if(Some("no RSS readings".to_owned()));
     }
-    let paths = merged_growth_paths(report, &[]);
-    for path in &paths {
+    for path in &merged_growth_paths(report, &[]) {
         draft.paths.extend(&path.stacks);
         draft.evidence.push(path.line.clone());
     }
@@ -574,4 +589,66 @@ fn no_growth(report: &Report) -> Draft {
                        longer or during the traffic or job that grows it"
         .to_owned();
     draft
+}
+
+/// The weak finding when `p` rose by at least [`MIN_GROWTH_BYTES`] (its
+/// lived RSS is `rss`) but no pattern matched: how it grew, and its growth
+/// paths merged over the tree.
+fn unmatched_growth(report: &Report, p: &ProcessReport, rss: Lived) -> Draft {
+    let summary = format!(
+        "tgid {} grew +{} but matches none of the known growth patterns",
+        p.tgid,
+        format_bytes(rss.rise_bytes())
+    );
+    let mut draft = Draft::new(
+        Pattern::UnmatchedGrowth,
+        Scope::Process { tgid: p.tgid },
+        rss.rise_bytes(),
+        summary,
+    );
+    draft.evidence.push(format!(
+        "tgid {} (`{}`): RSS {} -> {} (peak {}) over {}",
+        p.tgid,
+        p.label(),
+        format_bytes(rss.start_bytes),
+        format_bytes(rss.end_bytes),
+        format_bytes(rss.peak_bytes),
+        seconds(p.traced_ns)
+    ));
+    draft.evidence.push(run_line(report));
+    let paths = merged_growth_paths(report, &[p.tgid]);
+    draft.name_paths(&paths);
+    draft.weak_if(Some(
+        "no known pattern fits its RSS timeline, so these numbers do not say why it grew"
+            .to_owned(),
+    ));
+    let names: Vec<String> = paths
+        .iter()
+        .filter_map(|path| path.stacks.first())
+        .map(|&stack| path_name(report, stack))
+        .collect();
+    draft.next_step = if names.is_empty() {
+        format!(
+            "find what tgid {} allocates (no sampled path explains it: record with a smaller \
+             --sample-bytes)",
+            p.tgid
+        )
+    } else {
+        format!(
+            "look at what {} allocate(s) in tgid {} and whether it is kept",
+            names.join(", "),
+            p.tgid
+        )
+    };
+    draft
+}
+
+/// How many processes were traced for how long, and the tree's peak RSS.
+fn run_line(report: &Report) -> String {
+    format!(
+        "{} process(es) traced for {}; peak total RSS {}",
+        report.totals.processes,
+        seconds(report.meta.duration_ns),
+        format_bytes(report.totals.peak_total_rss_bytes)
+    )
 }

@@ -180,12 +180,21 @@ fn thin_growth_is_weak_and_says_so() {
     let grower = of(&findings, Pattern::OneProcessGrows);
     assert_eq!(grower.len(), 1, "{findings:#?}");
     assert_eq!(grower[0].strength, Strength::Weak);
+    // The reasons are said once, in the last evidence line.
     assert!(
-        grower[0].summary.contains("weak evidence"),
+        !grower[0].summary.contains("weak evidence"),
         "{}",
         grower[0].summary
     );
-    assert!(grower[0].evidence.iter().any(|e| e.contains("< 32.0 MiB")));
+    let last = grower[0].evidence.last().unwrap();
+    assert!(last.starts_with("weak evidence: "), "{last}");
+    assert!(last.contains("< 32.0 MiB"), "{last}");
+    let weak_lines = grower[0]
+        .evidence
+        .iter()
+        .filter(|e| e.contains("weak evidence"))
+        .count();
+    assert_eq!(weak_lines, 1, "{:#?}", grower[0].evidence);
 }
 
 #[test]
@@ -200,7 +209,8 @@ fn a_short_trace_is_weak() {
         findings.iter().all(|f| f.strength == Strength::Weak),
         "{findings:#?}"
     );
-    assert!(findings[0].summary.contains("the trace lasted 2.0 s"));
+    let last = findings[0].evidence.last().unwrap();
+    assert!(last.contains("the trace lasted 2.0 s"), "{last}");
 }
 
 #[test]
@@ -261,6 +271,58 @@ fn every_worker_large_gives_sizes_and_spread() {
     assert!(of(&findings, Pattern::Retention)
         .iter()
         .all(|f| f.strength == Strength::Weak));
+}
+
+#[test]
+fn workers_running_before_attach_did_not_inherit_at_fork() {
+    let findings = diagnose(&large_workers());
+    let large = of(&findings, Pattern::EveryWorkerLarge);
+    assert_eq!(large.len(), 1, "{findings:#?}");
+    assert!(
+        large[0]
+            .evidence
+            .iter()
+            .all(|e| !e.contains("inherited at fork")),
+        "{:#?}",
+        large[0].evidence
+    );
+    assert!(
+        large[0].evidence.iter().any(|e| e
+            .contains("the 3 worker(s) already running when tracing began held a median 15.0 MiB")),
+        "{:#?}",
+        large[0].evidence
+    );
+}
+
+#[test]
+fn every_worker_large_names_the_workers_paths_and_what_forks_inherited() {
+    let report = prefork_with_shared_table();
+    let findings = diagnose(&report);
+    let large = of(&findings, Pattern::EveryWorkerLarge);
+    assert_eq!(large.len(), 1, "{findings:#?}");
+    // The master's table is the largest growth stack, but not the workers'.
+    assert!(runs_through(
+        &report,
+        report.growth_stacks[0].stack,
+        "build_table"
+    ));
+    assert!(!large[0].paths.is_empty());
+    assert!(
+        large[0]
+            .paths
+            .iter()
+            .all(|&s| !runs_through(&report, s, "build_table")),
+        "{:#?}",
+        large[0]
+    );
+    assert!(
+        large[0].evidence.iter().any(|e| e.contains(
+            "the 3 worker(s) forked during the trace held a median 68.0 MiB at their first \
+             reading (inherited at fork)"
+        )),
+        "{:#?}",
+        large[0].evidence
+    );
 }
 
 #[test]
@@ -530,7 +592,8 @@ fn growth_without_an_idle_period_is_weak_retention() {
     let retention = of(&findings, Pattern::Retention);
     assert_eq!(retention.len(), 1, "{findings:#?}");
     assert_eq!(retention[0].strength, Strength::Weak);
-    assert!(retention[0].summary.contains("activity never dropped"));
+    let last = retention[0].evidence.last().unwrap();
+    assert!(last.contains("activity never dropped"), "{last}");
 }
 
 #[test]
@@ -551,6 +614,78 @@ fn flat_processes_are_no_growth() {
         only.summary.contains("+2.0 MiB in tgid 801"),
         "{}",
         only.summary
+    );
+}
+
+#[test]
+fn growth_that_fits_no_pattern_is_weak_and_not_called_no_growth() {
+    // A lone process rises 100 MiB over 5 s (too slow for a spike), then
+    // falls back to 60 MiB while still busy (too far below its peak for
+    // retention).
+    let mut run = Run::new();
+    run.process(900, None, Role::Root, 0);
+    let up: Vec<(u64, u64)> = (0..=10).map(|i| (12 + 10 * i, 20_000 * i)).collect();
+    run.readings(900, 0, &up);
+    let down: Vec<(u64, u64)> = [100, 90, 80, 70, 60, 60]
+        .into_iter()
+        .enumerate()
+        .map(|(i, mib)| (mib, 220_000 + 20_000 * i as u64))
+        .collect();
+    run.readings(900, 5 * S + S / 2, &down);
+    for second in 0..5 {
+        run.grow(900, "accumulate", second * S + S / 2, 20);
+    }
+    let report = run.finish(8 * S);
+    let findings = diagnose(&report);
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    let only = &findings[0];
+    assert_eq!(
+        (only.pattern, only.scope, only.strength),
+        (
+            Pattern::UnmatchedGrowth,
+            Scope::Process { tgid: 900 },
+            Strength::Weak
+        )
+    );
+    assert!(
+        only.summary.contains("tgid 900 grew +100.0 MiB")
+            && only.summary.contains("matches none of the known"),
+        "{}",
+        only.summary
+    );
+    assert!(!only.summary.contains("no growth"), "{}", only.summary);
+    assert!(
+        !only.next_step.contains("nothing to fix"),
+        "{}",
+        only.next_step
+    );
+    assert!(only.next_step.contains("accumulate"), "{}", only.next_step);
+    assert!(runs_through(&report, only.paths[0], "accumulate"));
+    assert!(
+        only.evidence
+            .iter()
+            .any(|e| e.contains("RSS 12.0 MiB -> 60.0 MiB (peak 112.0 MiB)")),
+        "{:#?}",
+        only.evidence
+    );
+}
+
+#[test]
+fn no_growth_counts_the_rise_of_the_lived_timeline() {
+    // Process 950 is flat while it lives; the reading taken at its exit
+    // (address space torn down, then a bogus high value) is not its growth.
+    let mut run = Run::new();
+    run.process(950, None, Role::Root, 0);
+    run.flat(950, 0, 4 * S, 30, 1_000);
+    run.agg.process_exited(950, 4 * S + S / 4);
+    run.readings(950, 4 * S + S / 2, &[(200, 1_000)]);
+    let findings = diagnose(&run.finish(5 * S));
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    assert_eq!(findings[0].pattern, Pattern::NoGrowth);
+    assert!(
+        findings[0].summary.contains("+0 B in tgid 950"),
+        "{}",
+        findings[0].summary
     );
 }
 
@@ -589,6 +724,52 @@ fn findings_are_strong_first_then_by_bytes() {
         .iter()
         .all(|f| f.strength == Strength::Weak));
     assert!(strong >= 2, "{findings:#?}");
+}
+
+/// [`tree::peak_tree_rss_from`] the slow way: [`tree::tree_rss_at`] at
+/// every reading at or after `from_ns`.
+fn peak_tree_rss_by_rescanning(report: &Report, from_ns: u64) -> u64 {
+    report
+        .processes
+        .iter()
+        .flat_map(|p| lived_timeline(p).iter().map(|pt| pt.t_ns))
+        .filter(|&t| t >= from_ns)
+        .map(|t| tree::tree_rss_at(report, t))
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_tree_rss_sweep_matches_rescanning_at_every_reading() {
+    // Exits (one with readings after it), readings at the same time in
+    // several processes and in one process, forks mid-trace.
+    let mut run = Run::new();
+    run.process(1, None, Role::Root, 0);
+    run.readings(1, 0, &[(10, 0), (20, 0), (15, 0), (40, 0)]);
+    run.process(2, Some(1), Role::Worker, S / 4);
+    run.readings(2, S / 2, &[(30, 0), (70, 0), (50, 0)]);
+    run.agg.process_exited(2, 3 * S / 2);
+    run.readings(2, 3 * S / 2, &[(5, 0), (90, 0)]);
+    run.process(3, Some(1), Role::Worker, S);
+    run.readings(3, S, &[(25, 0), (25, 0), (60, 0)]);
+    let churn = run.finish(3 * S);
+    let reports = [
+        churn,
+        prefork_with_shared_table(),
+        one_leaking_worker(128),
+        released_spike(),
+        large_workers(),
+    ];
+    for report in &reports {
+        for from_ns in [0, 1, S / 2, S, 3 * S / 2, 2 * S, 10 * S] {
+            assert_eq!(
+                tree::peak_tree_rss_from(report, from_ns),
+                peak_tree_rss_by_rescanning(report, from_ns),
+                "from {from_ns} ns in {:#?}",
+                report.processes
+            );
+        }
+    }
 }
 
 #[test]

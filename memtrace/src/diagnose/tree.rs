@@ -224,18 +224,13 @@ fn every_worker_large(report: &Report) -> Option<Draft> {
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    let inherited: Vec<u64> = workers
-        .iter()
-        .map(|p| lived(p).map_or(0, |r| r.start_bytes))
-        .collect();
     draft.evidence.push(format!(
-        "{} in all; at their first reading workers held a median {} (inherited at fork), \
-         the rest grew in the workers",
+        "{} in all; {}",
         format_bytes(total),
-        format_bytes(median(&inherited))
+        first_readings_line(report, &workers)
     ));
     let tgids: Vec<u32> = workers.iter().map(|p| p.tgid).collect();
-    let paths = merged_growth_paths(report, &[]);
+    let paths = merged_growth_paths(report, &tgids);
     if paths.is_empty() {
         // The footprint is plain from RSS alone; only its origin is unknown.
         draft.evidence.push(
@@ -257,9 +252,37 @@ fn every_worker_large(report: &Report) -> Option<Draft> {
     Some(draft)
 }
 
+/// What `workers` held at their first reading: for the forks the trace
+/// saw, what they inherited from their parent; for workers already running
+/// when tracing began, what they had built before it.
+fn first_readings_line(report: &Report, workers: &[&ProcessReport]) -> String {
+    let forked: Vec<u32> = observed_forks(report).iter().map(|w| w.tgid).collect();
+    let first_bytes = |p: &&ProcessReport| lived(p).map_or(0, |r| r.start_bytes);
+    let (seen, running): (Vec<&ProcessReport>, Vec<&ProcessReport>) =
+        workers.iter().partition(|w| forked.contains(&w.tgid));
+    let mut parts = Vec::new();
+    if !seen.is_empty() {
+        parts.push(format!(
+            "the {} worker(s) forked during the trace held a median {} at their first \
+             reading (inherited at fork)",
+            seen.len(),
+            format_bytes(median(&seen.iter().map(first_bytes).collect::<Vec<_>>()))
+        ));
+    }
+    if !running.is_empty() {
+        parts.push(format!(
+            "the {} worker(s) already running when tracing began held a median {} at their \
+             first reading",
+            running.len(),
+            format_bytes(median(&running.iter().map(first_bytes).collect::<Vec<_>>()))
+        ));
+    }
+    format!("{}; the rest grew while traced", parts.join("; "))
+}
+
 /// Sum of the RSS of the processes alive at `t_ns` (their latest reading at
 /// or before it).
-fn tree_rss_at(report: &Report, t_ns: u64) -> u64 {
+pub(super) fn tree_rss_at(report: &Report, t_ns: u64) -> u64 {
     report
         .processes
         .iter()
@@ -274,16 +297,36 @@ fn tree_rss_at(report: &Report, t_ns: u64) -> u64 {
         .sum()
 }
 
-/// Highest tree RSS at any reading at or after `from_ns`.
-fn peak_tree_rss_from(report: &Report, from_ns: u64) -> u64 {
-    report
-        .processes
-        .iter()
-        .flat_map(|p| lived_timeline(p).iter().map(|pt| pt.t_ns))
-        .filter(|&t| t >= from_ns)
-        .map(|t| tree_rss_at(report, t))
-        .max()
-        .unwrap_or(0)
+/// Highest tree RSS at any reading at or after `from_ns`: [`tree_rss_at`]
+/// at each reading's time, in one sweep over all readings and exits in time
+/// order, keeping each process's latest RSS and their running sum.
+pub(super) fn peak_tree_rss_from(report: &Report, from_ns: u64) -> u64 {
+    // (time, exit after readings at the same time, process index, RSS);
+    // a reading at or after its process's exit counts for nothing.
+    let mut changes: Vec<(u64, bool, usize, u64)> = Vec::new();
+    for (index, p) in report.processes.iter().enumerate() {
+        let alive_at = |t_ns: u64| p.exited_ns.is_none_or(|exit| exit > t_ns);
+        changes.extend(lived_timeline(p).iter().map(|pt| {
+            let rss_bytes = if alive_at(pt.t_ns) { pt.rss_bytes } else { 0 };
+            (pt.t_ns, false, index, rss_bytes)
+        }));
+        changes.extend(p.exited_ns.map(|exit| (exit, true, index, 0)));
+    }
+    // Stable: readings of one process at the same time stay in order.
+    changes.sort_by_key(|&(t_ns, is_exit, _, _)| (t_ns, is_exit));
+    let mut latest_bytes = vec![0_u64; report.processes.len()];
+    let (mut sum_bytes, mut peak_bytes) = (0_u64, 0_u64);
+    for same_time in changes.chunk_by(|a, b| a.0 == b.0) {
+        for &(_, _, index, rss_bytes) in same_time {
+            sum_bytes = sum_bytes - latest_bytes[index] + rss_bytes;
+            latest_bytes[index] = rss_bytes;
+        }
+        let (t_ns, has_reading) = (same_time[0].0, same_time.iter().any(|c| !c.1));
+        if t_ns >= from_ns && has_reading {
+            peak_bytes = peak_bytes.max(sum_bytes);
+        }
+    }
+    peak_bytes
 }
 
 /// Workers forked while their parent was already being read: the forks the

@@ -8,6 +8,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use memtrace_common::PyProcessInfo;
+
 use crate::aggregate::{PythonStatus, Role};
 
 /// Where memtrace is in learning a process's CPython layout.
@@ -37,6 +39,8 @@ pub struct TracedProcess {
     pub role: Role,
     /// Python probing state.
     pub python: PythonState,
+    /// The CPython layout handed to the kernel side, once known.
+    pub py_info: Option<PyProcessInfo>,
     /// Set once its exit record arrived.
     pub exited: bool,
 }
@@ -56,6 +60,7 @@ impl ProcessTree {
             parent_tgid,
             role,
             python: pending(),
+            py_info: None,
             exited: false,
         };
         self.processes.insert(tgid, process);
@@ -65,6 +70,14 @@ impl ProcessTree {
     pub fn exec(&mut self, tgid: u32) {
         if let Some(p) = self.processes.get_mut(&tgid) {
             p.python = pending();
+            p.py_info = None;
+        }
+    }
+
+    /// Records the CPython layout handed to the kernel side for `tgid`.
+    pub fn set_py_info(&mut self, tgid: u32, info: PyProcessInfo) {
+        if let Some(p) = self.processes.get_mut(&tgid) {
+            p.py_info = Some(info);
         }
     }
 

@@ -45,8 +45,9 @@ fn folded_frame(frame: &Frame) -> String {
     sanitize(&frame.to_string())
 }
 
-/// Replaces the characters the folded format reserves.
-fn sanitize(text: &str) -> String {
+/// Replaces the characters the folded format reserves: `;` becomes `:`,
+/// line breaks become spaces (also used by `memtrace diff`'s folded sides).
+pub(crate) fn sanitize(text: &str) -> String {
     text.chars()
         .map(|c| match c {
             ';' => ':',

@@ -1,14 +1,20 @@
-//! Golden-file tests of the report step: every text format rendered from
-//! the fixed fixtures of `aggregate::test_support` (plus a diagnosis) and
-//! compared byte for byte with `tests/data/`. Run with `MEMTRACE_BLESS=1` to
+//! Golden-file tests of the report step: every format rendered from the
+//! fixed fixtures of `aggregate::test_support` with their real diagnosis and
+//! compared byte for byte with `tests/data/` (pprof as the `Debug` form of
+//! the decoded profile, since gzip bytes depend on the compressor). Run with `MEMTRACE_BLESS=1` to
 //! rewrite the files after an intended change, then review their diff.
 
+use std::io::Read;
 use std::path::PathBuf;
 
+use flate2::read::GzDecoder;
+use prost::Message;
+
+use super::pprof::Profile;
 use super::{render, RenderOptions, Report};
 use crate::aggregate::test_support::{prefork_report, server_report};
 use crate::cli::Format;
-use crate::diagnose::{Finding, Pattern, Scope, Strength};
+use crate::diagnose::diagnose;
 
 /// `tests/data/` of the workspace.
 fn data_dir() -> PathBuf {
@@ -31,7 +37,9 @@ fn check_golden(name: &str, actual: &[u8]) {
         )
     });
     if expected != actual {
-        let actual_path = path.with_extension("actual");
+        // `<name>.actual`: the extension is kept, so goldens that share a
+        // stem (`server.html`, `server.json`) do not overwrite each other.
+        let actual_path = data_dir().join(format!("{name}.actual"));
         std::fs::write(&actual_path, actual).unwrap();
         panic!(
             "`{}` differs from the rendered output, written to `{}` \
@@ -48,36 +56,22 @@ fn rendered(report: &Report, format: Format, options: &RenderOptions) -> Vec<u8>
     out
 }
 
-/// [`server_report`] with the diagnosis the growing worker deserves, one
-/// strong and one weak finding.
-fn diagnosed_server_report() -> Report {
-    let mut report = server_report();
-    let leak = report.paths[0].stack;
-    let parse = report.paths[1].stack;
-    report.diagnosis = vec![
-        Finding {
-            pattern: Pattern::OneProcessGrows,
-            scope: Scope::Process { tgid: 101 },
-            strength: Strength::Strong,
-            summary: "worker 101 grew by 48.0 MiB while its 1 sibling stayed flat".to_owned(),
-            evidence: vec![
-                "tgid 101: RSS 20.0 MiB → 68.0 MiB".to_owned(),
-                "tgid 100: RSS 20.0 MiB → 20.0 MiB".to_owned(),
-            ],
-            paths: vec![leak, parse],
-            next_step: "bound the cache that append (app/cache.py:42) fills".to_owned(),
-        },
-        Finding {
-            pattern: Pattern::Retention,
-            scope: Scope::Process { tgid: 101 },
-            strength: Strength::Weak,
-            summary: "memory stays up <after> activity drops & \"idle\"".to_owned(),
-            evidence: vec!["only 2 RSS readings".to_owned()],
-            paths: vec![leak],
-            next_step: "record longer to see whether it keeps rising".to_owned(),
-        },
-    ];
+/// `report` with the diagnosis `memtrace` gives it, as the app renders it.
+fn diagnosed(mut report: Report) -> Report {
+    report.diagnosis = diagnose(&report);
     report
+}
+
+/// [`server_report`], diagnosed: its growing worker is weak retention (two
+/// RSS readings, no idle stretch).
+fn diagnosed_server_report() -> Report {
+    diagnosed(server_report())
+}
+
+/// [`prefork_report`], diagnosed: it has no RSS readings, so weak no
+/// growth.
+fn diagnosed_prefork_report() -> Report {
+    diagnosed(prefork_report())
 }
 
 #[test]
@@ -103,14 +97,14 @@ fn flamegraph() {
     };
     check_golden(
         "prefork-inverted.svg",
-        &rendered(&prefork_report(), Format::Flamegraph, &inverted),
+        &rendered(&diagnosed_prefork_report(), Format::Flamegraph, &inverted),
     );
 }
 
 #[test]
 fn speedscope() {
     let out = rendered(
-        &prefork_report(),
+        &diagnosed_prefork_report(),
         Format::Speedscope,
         &RenderOptions::default(),
     );
@@ -136,7 +130,7 @@ fn table() {
     );
     check_golden(
         "prefork.txt",
-        &rendered(&prefork_report(), Format::Table, &options),
+        &rendered(&diagnosed_prefork_report(), Format::Table, &options),
     );
 }
 
@@ -148,4 +142,19 @@ fn json() {
         &RenderOptions::default(),
     );
     check_golden("server.json", &out);
+}
+
+#[test]
+fn pprof() {
+    let gzipped = rendered(
+        &diagnosed_server_report(),
+        Format::Pprof,
+        &RenderOptions::default(),
+    );
+    let mut encoded = Vec::new();
+    GzDecoder::new(gzipped.as_slice())
+        .read_to_end(&mut encoded)
+        .unwrap();
+    let profile = Profile::decode(encoded.as_slice()).unwrap();
+    check_golden("server.pprof.txt", format!("{profile:#?}\n").as_bytes());
 }

@@ -331,8 +331,12 @@ fn path_entry(
 }
 
 /// Frames innermost first: the Python (and marker) frames, at most
-/// [`MAX_FRAMES_SHOWN`], then the trailing native frames.
-fn frame_lines(frames: &[Frame], out: &mut dyn Write) -> io::Result<()> {
+/// [`MAX_FRAMES_SHOWN`], then the trailing native frames; each line indented
+/// eight spaces (the layout `memtrace diff`'s table shares).
+///
+/// # Errors
+/// Any error of `out`.
+pub(crate) fn frame_lines(frames: &[Frame], out: &mut dyn Write) -> io::Result<()> {
     let native_start = frames
         .iter()
         .rposition(|f| !matches!(f, Frame::Native { .. }))

@@ -22,6 +22,7 @@ pub(crate) fn pattern_name(pattern: Pattern) -> &'static str {
         Pattern::WorkerMultiplication => "worker multiplication",
         Pattern::Spike => "spike",
         Pattern::Retention => "retention",
+        Pattern::UnmatchedGrowth => "unmatched growth",
         Pattern::NoGrowth => "no growth",
     }
 }

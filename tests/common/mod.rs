@@ -1,0 +1,173 @@
+//! The harness the eBPF integration tests share (tests/integration.rs,
+//! tests/capture.rs, tests/diff.rs, tests/patterns.rs): the real memtrace
+//! binary, the Python workloads in tests/scripts/, the interpreters they run
+//! on, why a test skips, and reading the JSON report of a run.
+//!
+//! Flame graph SVG helpers are in `svg.rs` beside this file, included by
+//! path only where flame graphs are drawn.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+use serde_json::Value;
+
+/// A workload script of tests/scripts/.
+pub fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("tests/scripts")
+        .join(name)
+}
+
+/// The memtrace binary under test.
+pub fn memtrace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_memtrace"))
+}
+
+/// Why eBPF tests cannot run here, if they cannot.
+pub fn ebpf_unavailable() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not root: loading eBPF programs needs CAP_BPF and CAP_PERFMON".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("kernel has no BTF (/sys/kernel/btf/vmlinux)".into());
+    }
+    None
+}
+
+/// Returns from the calling test, after printing why, when eBPF programs
+/// cannot be loaded here. With an `Option<PathBuf>` interpreter (see
+/// [`interpreter`]), also returns when it is `None`, and is the interpreter
+/// otherwise.
+macro_rules! require_ebpf {
+    () => {
+        if let Some(why) = $crate::common::ebpf_unavailable() {
+            println!("skipping: {why}");
+            return;
+        }
+    };
+    ($python:expr) => {{
+        $crate::common::require_ebpf!();
+        match $python {
+            Some(python) => python,
+            None => return,
+        }
+    }};
+}
+pub(crate) use require_ebpf;
+
+/// pyenv's `exe` of CPython `version`, e.g. `pyenv("3.11.7", "python3.11")`.
+pub fn pyenv(version: &str, exe: &str) -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    home.join(".pyenv/versions")
+        .join(version)
+        .join("bin")
+        .join(exe)
+}
+
+/// pyenv's CPython 3.11, or `None` after printing why the test skips.
+pub fn python_3_11() -> Option<PathBuf> {
+    interpreter(&[pyenv("3.11.7", "python3.11")])
+}
+
+/// The first of `candidates` that is installed, or `None` after printing
+/// why the test skips.
+pub fn interpreter(candidates: &[PathBuf]) -> Option<PathBuf> {
+    let found = candidates.iter().find(|p| p.exists()).cloned();
+    if found.is_none() {
+        println!("skipping: none of the interpreters {candidates:?} is installed");
+    }
+    found
+}
+
+/// Asserts that the command `what` succeeded, with its output if not.
+pub fn assert_success(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what} failed: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A finished trace: memtrace's output and its JSON report.
+pub struct Trace {
+    /// memtrace's exit status and output (the workload's standard output
+    /// comes through memtrace's).
+    pub output: Output,
+    /// The JSON report memtrace wrote.
+    pub report: Value,
+}
+
+impl Trace {
+    /// memtrace's standard output, lossily decoded.
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    /// The JSON line the workload printed for `event` (its own measurements).
+    pub fn workload_event(&self, event: &str) -> Value {
+        self.stdout()
+            .lines()
+            .filter(|l| l.trim_start().starts_with('{'))
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["event"] == event)
+            .unwrap_or_else(|| panic!("workload printed no `{event}` line:\n{}", self.stdout()))
+    }
+}
+
+/// Runs memtrace with `args` (plus `--quiet --output-dir TMP` after the
+/// subcommand), expecting success, and reads the JSON report it wrote.
+pub fn trace(args: &[&str]) -> Trace {
+    let dir = tempfile::tempdir().unwrap();
+    let output = memtrace()
+        .arg(args[0])
+        .arg("--quiet")
+        .arg("--output-dir")
+        .arg(dir.path())
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_success(&output, &format!("memtrace {args:?}"));
+    let json = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("memtrace wrote a JSON report");
+    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    Trace { output, report }
+}
+
+/// Runs `memtrace run --quiet --output-dir TMP -- PYTHON SCRIPT ARGS` on the
+/// workload `script_name` of tests/scripts/, expecting success, and reads
+/// its JSON report.
+pub fn trace_script(python: &Path, script_name: &str, args: &[&str]) -> Trace {
+    let script = script(script_name);
+    let mut command = vec![
+        "run",
+        "--",
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+    ];
+    command.extend_from_slice(args);
+    trace(&command)
+}
+
+/// Python function names of stack `stack` of a JSON `report`, in the
+/// report's frame order.
+pub fn stack_functions(report: &Value, stack: u64) -> Vec<String> {
+    report["stacks"][stack as usize]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|frame| frame["function"].as_str())
+        .map(str::to_owned)
+        .collect()
+}
