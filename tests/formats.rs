@@ -5,8 +5,11 @@
 //! (DOM dump and screenshot, no console errors). The report is built from a
 //! synthetic pre-fork run through the public aggregation API, so no root and
 //! no eBPF are needed. A test whose program is missing prints why and
-//! passes; `cargo xtask test` installs them all first.
+//! passes, or fails with `MEMTRACE_REQUIRE_ALL=1`; `cargo xtask test`
+//! installs them all first (and, as root, sets that variable).
 
+#[path = "common/skip.rs"]
+mod skip;
 #[path = "common/svg.rs"]
 mod svg;
 
@@ -152,10 +155,10 @@ fn available(program: &Path, test: &str) -> bool {
     if program.exists() {
         return true;
     }
-    println!(
-        "skipping {test}: `{}` is missing (cargo xtask test installs it)",
+    skip::skip(&format!(
+        "{test}: `{}` is missing (cargo xtask test installs it)",
         program.display()
-    );
+    ));
     false
 }
 
@@ -243,6 +246,7 @@ fn flame_graph_svg_is_well_formed_xml() {
         Format::Flamegraph,
         &RenderOptions::default(),
         dir.path(),
+        report::PER_PROCESS_STEM,
     )
     .unwrap();
     assert_eq!(per_process.len(), 3);

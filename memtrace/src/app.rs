@@ -37,8 +37,9 @@ use crate::{
     symbolize::NativeSymbolizer,
 };
 
-/// How often the kernel's per-process counters are sampled into the RSS
-/// timeline, new processes probed for CPython, and progress shown.
+/// How often the kernel's per-process counters are read (the recorder keeps
+/// about one read per process per second for the RSS timeline), new
+/// processes probed for CPython, and progress shown.
 const TICK: Duration = Duration::from_millis(200);
 /// How often the ring buffer is drained when the kernel has not woken us.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -178,6 +179,7 @@ impl Session {
     /// returns the session and the reader of its ring buffer.
     fn start(common: &CommonArgs, command: &str) -> Result<(Self, RecordReader)> {
         check_output_dir(&common.output_dir)?;
+        check_per_process(common);
         let options = TracerOptions {
             sample_interval_bytes: common.sample_bytes,
             follow_forks: !common.no_follow_forks,
@@ -266,7 +268,7 @@ impl Session {
             self.probe_new_processes();
             if last_tick.elapsed() >= TICK {
                 last_tick = Instant::now();
-                self.tick();
+                self.tick(false);
                 let elapsed = self.started.elapsed();
                 if live.due(elapsed) {
                     let snapshot = self.recorder.aggregator().live_snapshot(MAX_PATHS_SHOWN);
@@ -285,7 +287,7 @@ impl Session {
         }
         reader.drain(|record| self.handle(record));
         live.finish();
-        self.tick();
+        self.tick(true);
         Ok(())
     }
 
@@ -444,14 +446,19 @@ impl Session {
         }
     }
 
-    /// Periodic work: counters into the timeline, probes of processes still
-    /// pending after the eager window.
-    fn tick(&mut self) {
+    /// Periodic work: counters into the timeline (thinned by the recorder,
+    /// except for the `last` read at the end of the trace), probes of
+    /// processes still pending after the eager window.
+    fn tick(&mut self, last: bool) {
         let now_ns = monotonic_ns();
         if let Ok(all) = self.tracer.counters() {
             for (tgid, counters) in &all {
                 if self.tree.get(*tgid).is_some_and(|p| !p.exited) {
-                    self.recorder.counters(*tgid, now_ns, counters);
+                    if last {
+                        self.recorder.counters(*tgid, now_ns, counters);
+                    } else {
+                        self.recorder.periodic_counters(*tgid, now_ns, counters);
+                    }
                 }
             }
         }
@@ -518,16 +525,25 @@ impl Session {
             );
         }
         report.diagnosis = diagnose::diagnose(&report);
-        let written = write_report_files(&report, &common.output_dir)?;
-        for path in write_format_files(&report, common, &written.folded)? {
-            eprintln!("memtrace: wrote {}", path.display());
+        // Report files that cannot be written are warnings: the table is
+        // printed in any case.
+        let written = write_report_files(&report, &common.output_dir);
+        if let Some(written) = &written {
+            for path in write_format_files(&report, common, &written.folded) {
+                eprintln!("memtrace: wrote {}", path.display());
+            }
         }
         let mut stdout = std::io::stdout().lock();
         if let Some(reason) = stop {
             eprintln!("memtrace: stopped: {}", describe(reason));
         }
-        report::table::render(&report, common.render.top, &written, &mut stdout)
-            .context("cannot print the report")?;
+        match &written {
+            Some(written) => {
+                report::table::render(&report, common.render.top, written, &mut stdout)
+            }
+            None => report::table::render_summary(&report, common.render.top, &mut stdout),
+        }
+        .context("cannot print the report")?;
         Ok(ExitCode::SUCCESS)
     }
 }
@@ -569,37 +585,67 @@ fn format_extension(format: Format) -> Option<&'static str> {
 
 /// Writes each `--format` of `common` next to the folded stacks file
 /// `folded` (same stem, [`format_extension`]); with `--per-process`, the
-/// flame graph as one file per process (`flamegraph-tgid-<tgid>.svg`).
-/// Returns the files written.
-fn write_format_files(
-    report: &report::Report,
-    common: &CommonArgs,
-    folded: &Path,
-) -> Result<Vec<PathBuf>> {
+/// flame graph as one file per process (`<stem>-tgid-<tgid>.svg`). A format
+/// that cannot be written is a warning on standard error and the others are
+/// still written. Returns the files written.
+fn write_format_files(report: &report::Report, common: &CommonArgs, folded: &Path) -> Vec<PathBuf> {
     let options = report::RenderOptions {
         inverted: common.render.inverted,
         top: common.render.top,
     };
-    let dir = folded.parent().unwrap_or(Path::new("."));
     let mut written = Vec::new();
     for &format in &common.format {
-        if format == Format::Flamegraph && common.render.per_process {
-            written.extend(report::render_per_process(report, format, &options, dir)?);
-            continue;
+        match write_format_file(report, format, common.render.per_process, &options, folded) {
+            Ok(paths) => written.extend(paths),
+            Err(err) => eprintln!(
+                "memtrace: warning: {err:#}; the `{}` report is not written",
+                report::format_name(format)
+            ),
         }
-        let Some(extension) = format_extension(format) else {
-            continue;
-        };
-        let path = folded.with_extension(extension);
-        let file = File::create(&path)
-            .with_context(|| format!("cannot create report file `{}`", path.display()))?;
-        let mut out = BufWriter::new(file);
-        report::render(report, format, &options, &mut out)?;
-        std::io::Write::flush(&mut out)
-            .with_context(|| format!("cannot write report file `{}`", path.display()))?;
-        written.push(path);
     }
-    Ok(written)
+    written
+}
+
+/// Writes `format` next to `folded` (see [`write_format_files`]); nothing
+/// for the formats always written.
+fn write_format_file(
+    report: &report::Report,
+    format: Format,
+    per_process: bool,
+    options: &report::RenderOptions,
+    folded: &Path,
+) -> Result<Vec<PathBuf>> {
+    if format == Format::Flamegraph && per_process {
+        let dir = folded.parent().unwrap_or(Path::new("."));
+        let stem = folded
+            .file_stem()
+            .map_or_else(|| "memtrace".into(), |s| s.to_string_lossy());
+        return Ok(report::render_per_process(
+            report, format, options, dir, &stem,
+        )?);
+    }
+    let Some(extension) = format_extension(format) else {
+        return Ok(Vec::new());
+    };
+    let path = folded.with_extension(extension);
+    let file = File::create(&path)
+        .with_context(|| format!("cannot create report file `{}`", path.display()))?;
+    let mut out = BufWriter::new(file);
+    report::render(report, format, options, &mut out)?;
+    std::io::Write::flush(&mut out)
+        .with_context(|| format!("cannot write report file `{}`", path.display()))?;
+    Ok(vec![path])
+}
+
+/// Warns, before tracing, about `--per-process` without a flame graph to
+/// draw per process.
+fn check_per_process(common: &CommonArgs) {
+    if common.render.per_process && !common.format.contains(&Format::Flamegraph) {
+        eprintln!(
+            "memtrace: warning: --per-process only applies to flame graphs and none is \
+             asked for (add --format flamegraph)"
+        );
+    }
 }
 
 /// Fails early, before any tracing, if report files cannot be written to
@@ -616,21 +662,26 @@ fn check_output_dir(dir: &std::path::Path) -> Result<()> {
 
 /// Writes the report files to `dir`; if that fails at the end of a trace
 /// (disk full, folder removed), to the system's temporary folder instead, so
-/// the trace is not lost.
-fn write_report_files(
-    report: &report::Report,
-    dir: &std::path::Path,
-) -> Result<report::WrittenFiles> {
-    match report::write_files(report, dir) {
-        Ok(written) => Ok(written),
+/// the trace is not lost. `None` (after a warning) when both fail.
+fn write_report_files(report: &report::Report, dir: &Path) -> Option<report::WrittenFiles> {
+    let err = match report::write_files(report, dir) {
+        Ok(written) => return Some(written),
+        Err(err) => err,
+    };
+    let fallback = std::env::temp_dir();
+    eprintln!(
+        "memtrace: warning: {:#}; writing the report files to `{}` instead",
+        anyhow::Error::from(err),
+        fallback.display()
+    );
+    match report::write_files(report, &fallback) {
+        Ok(written) => Some(written),
         Err(err) => {
-            let fallback = std::env::temp_dir();
             eprintln!(
-                "memtrace: warning: {:#}; writing the report files to `{}` instead",
-                anyhow::Error::from(err),
-                fallback.display()
+                "memtrace: warning: {:#}; no report file is written (the report follows)",
+                anyhow::Error::from(err)
             );
-            Ok(report::write_files(report, &fallback)?)
+            None
         }
     }
 }

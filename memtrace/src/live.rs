@@ -1,5 +1,5 @@
-//! Live view of `record`/`run`, beside the aggregation step: every ~2 s the
-//! app hands it a [`LiveSnapshot`] of the aggregator's current state, and it
+//! Live view of `record`/`run`, beside the aggregation step: every ~2 s (on
+//! a terminal; every 5 s as plain lines) the app hands it a [`LiveSnapshot`] of the aggregator's current state, and it
 //! draws elapsed time, records, drops, the live processes with RSS and
 //! growth rate, and the top growth paths so far, on standard error.
 //!
@@ -15,8 +15,12 @@ use std::time::Duration;
 use crate::aggregate::Frame;
 use crate::report::{format_bytes, format_signed_bytes};
 
-/// Time between two refreshes of the view.
+/// Time between two redraws of the view on a terminal.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Time between two plain lines when standard error is a file or pipe (a
+/// log should not fill up with them).
+pub const LINE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Most processes listed on a terminal (largest RSS first); the rest are
 /// counted.
@@ -64,14 +68,16 @@ pub struct LiveSnapshot {
 
 impl LiveSnapshot {
     /// The `top` largest growth paths of `stacks` — (frames outermost first,
-    /// sampled growth bytes) pairs, e.g. every (process, stack) path of the
-    /// aggregator — merged by [`LivePath::frame`], largest first, ties by
-    /// frame text; stacks without growth are left out.
+    /// sampled growth bytes) pairs, best one per distinct stack (the
+    /// aggregator sums its (process, stack) paths per stack first) — merged
+    /// by innermost Python frame ([`LivePath::frame`]), largest first, ties
+    /// by frame text; stacks without growth are left out. Only the merged
+    /// frames are formatted.
     pub fn top_paths<'a>(
         stacks: impl IntoIterator<Item = (&'a [Frame], u64)>,
         top: usize,
     ) -> Vec<LivePath> {
-        let mut merged: HashMap<String, u64> = HashMap::new();
+        let mut merged: HashMap<Option<&Frame>, u64> = HashMap::new();
         for (frames, growth_bytes) in stacks {
             if growth_bytes == 0 {
                 continue;
@@ -82,7 +88,7 @@ impl LiveSnapshot {
         let mut paths: Vec<LivePath> = merged
             .into_iter()
             .map(|(frame, growth_bytes)| LivePath {
-                frame,
+                frame: frame.map_or_else(|| "[empty stack]".to_owned(), ToString::to_string),
                 growth_bytes,
             })
             .collect();
@@ -93,14 +99,13 @@ impl LiveSnapshot {
 }
 
 /// The innermost Python frame of `frames` (outermost first), else the
-/// innermost frame; `[empty stack]` for none.
-fn innermost_frame(frames: &[Frame]) -> String {
+/// innermost frame; `None` for an empty stack.
+fn innermost_frame(frames: &[Frame]) -> Option<&Frame> {
     frames
         .iter()
         .rev()
         .find(|f| matches!(f, Frame::Python { .. }))
         .or_else(|| frames.last())
-        .map_or_else(|| "[empty stack]".to_owned(), ToString::to_string)
 }
 
 /// How the view is drawn.
@@ -166,11 +171,16 @@ impl LiveView {
     }
 
     /// Whether a refresh is due at `elapsed` (time since tracing started):
-    /// [`REFRESH_INTERVAL`] after the previous one (or after the start);
-    /// never when quiet.
+    /// [`REFRESH_INTERVAL`] (terminal) or [`LINE_INTERVAL`] (plain lines)
+    /// after the previous one (or after the start); never when quiet.
     pub fn due(&self, elapsed: Duration) -> bool {
         let last = self.previous.as_ref().map_or(Duration::ZERO, |p| p.elapsed);
-        self.mode != Mode::Quiet && elapsed.saturating_sub(last) >= REFRESH_INTERVAL
+        let interval = match self.mode {
+            Mode::Quiet => return false,
+            Mode::Terminal => REFRESH_INTERVAL,
+            Mode::Lines => LINE_INTERVAL,
+        };
+        elapsed.saturating_sub(last) >= interval
     }
 
     /// Draws `snapshot` taken at `elapsed` after `records` ring-buffer
@@ -476,12 +486,22 @@ mod tests {
 
     #[test]
     fn refreshes_are_due_every_interval() {
-        let (mut live, _out) = view(Mode::Lines);
+        let (mut live, _out) = view(Mode::Terminal);
         assert!(!live.due(SECOND));
         assert!(live.due(REFRESH_INTERVAL));
         live.show(REFRESH_INTERVAL, 0, 0, &LiveSnapshot::default());
         assert!(!live.due(REFRESH_INTERVAL + SECOND));
         assert!(live.due(REFRESH_INTERVAL * 2));
+    }
+
+    #[test]
+    fn plain_lines_are_due_less_often() {
+        let (mut live, _out) = view(Mode::Lines);
+        assert!(!live.due(REFRESH_INTERVAL));
+        assert!(live.due(LINE_INTERVAL));
+        live.show(LINE_INTERVAL, 0, 0, &LiveSnapshot::default());
+        assert!(!live.due(LINE_INTERVAL + REFRESH_INTERVAL));
+        assert!(live.due(LINE_INTERVAL * 2));
     }
 
     #[test]

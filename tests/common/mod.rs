@@ -4,7 +4,11 @@
 //! on, why a test skips, and reading the JSON report of a run.
 //!
 //! Flame graph SVG helpers are in `svg.rs` beside this file, included by
-//! path only where flame graphs are drawn.
+//! path only where flame graphs are drawn. A skip fails the test when
+//! `MEMTRACE_REQUIRE_ALL=1` (`skip.rs`).
+
+mod skip;
+pub use skip::skip;
 
 use std::{
     path::{Path, PathBuf},
@@ -38,14 +42,14 @@ pub fn ebpf_unavailable() -> Option<String> {
     None
 }
 
-/// Returns from the calling test, after printing why, when eBPF programs
+/// Returns from the calling test, after printing why ([`skip`]), when eBPF programs
 /// cannot be loaded here. With an `Option<PathBuf>` interpreter (see
 /// [`interpreter`]), also returns when it is `None`, and is the interpreter
 /// otherwise.
 macro_rules! require_ebpf {
     () => {
         if let Some(why) = $crate::common::ebpf_unavailable() {
-            println!("skipping: {why}");
+            $crate::common::skip(&why);
             return;
         }
     };
@@ -80,7 +84,9 @@ pub fn python_3_11() -> Option<PathBuf> {
 pub fn interpreter(candidates: &[PathBuf]) -> Option<PathBuf> {
     let found = candidates.iter().find(|p| p.exists()).cloned();
     if found.is_none() {
-        println!("skipping: none of the interpreters {candidates:?} is installed");
+        skip(&format!(
+            "none of the interpreters {candidates:?} is installed"
+        ));
     }
     found
 }

@@ -46,7 +46,8 @@ enum Task {
         output_dir: PathBuf,
     },
     /// Run the unit and integration tests (integration tests need root and
-    /// load real eBPF programs; they run one at a time).
+    /// load real eBPF programs; they run one at a time). As root, a test
+    /// that would skip fails (MEMTRACE_REQUIRE_ALL=1).
     Test {
         /// Extra arguments for `cargo test`, e.g. a test name filter.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -170,18 +171,26 @@ fn test(args: &[String]) -> Result<()> {
     // Build first so the test run itself is not timed against compilation.
     check(Command::new("cargo").args(["build", "--workspace", "--tests"]))?;
     let mut harness_args = vec!["--test-threads=1"];
+    let mut cargo_test = Command::new("cargo");
     if is_root() {
         // Live eBPF unit tests are #[ignore]d for unprivileged `cargo test`.
         harness_args.push("--include-ignored");
+        // Everything a test needs is here (root, BTF, the consumer tools
+        // just installed): a test that would skip fails instead.
+        cargo_test.env(REQUIRE_ALL, "1");
     }
     check(
-        Command::new("cargo")
+        cargo_test
             .args(["test", "--workspace"])
             .args(args)
             .arg("--")
             .args(harness_args),
     )
 }
+
+/// Set to `1`, integration tests fail instead of skipping when something
+/// they need is missing (tests/common/skip.rs).
+const REQUIRE_ALL: &str = "MEMTRACE_REQUIRE_ALL";
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

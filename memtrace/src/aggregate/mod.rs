@@ -391,7 +391,15 @@ impl Aggregator {
     /// totals and to its time bucket; the bucket width doubles first if
     /// `ts_ns` lies beyond [`MAX_PATH_BUCKETS`] buckets. A process never
     /// announced is created as a worker with an unknown command line.
-    pub fn path_delta(&mut self, tgid: u32, ts_ns: u64, stack: Vec<Frame>, bytes: SampledBytes) {
+    /// Returns the id `stack` is interned under (ids are handed out in
+    /// first-seen order; see [`Aggregator::stack_frames`]).
+    pub fn path_delta(
+        &mut self,
+        tgid: u32,
+        ts_ns: u64,
+        stack: Vec<Frame>,
+        bytes: SampledBytes,
+    ) -> StackId {
         let t_ns = self.relative(ts_ns);
         self.fit_path_buckets(t_ns);
         self.process_mut(tgid, ts_ns);
@@ -399,6 +407,13 @@ impl Aggregator {
         let path = self.paths.entry((tgid, stack)).or_default();
         path.bytes.merge(&bytes);
         path.timeline.add(self.path_bucket, t_ns, &bytes);
+        stack
+    }
+
+    /// Frames of the stack [`Aggregator::path_delta`] returned `id` for,
+    /// outermost first; empty for an id it never returned.
+    pub fn stack_frames(&self, id: StackId) -> &[Frame] {
+        self.stacks.frames(id)
     }
 
     /// Widens the path buckets (merging neighbours in every path) until
@@ -414,11 +429,6 @@ impl Aggregator {
         }
     }
 
-    /// Current RSS summed over live processes, in bytes (for a progress line).
-    pub fn live_rss_bytes(&self) -> u64 {
-        self.live_rss_bytes
-    }
-
     /// What the live view shows now: live processes with their latest RSS,
     /// and the `top` largest growth paths so far.
     pub fn live_snapshot(&self, top: usize) -> crate::live::LiveSnapshot {
@@ -432,13 +442,21 @@ impl Aggregator {
                 rss_bytes: state.rss_now_bytes(),
             })
             .collect();
-        let paths = self
-            .paths
-            .iter()
-            .map(|(&(_, stack), path)| (self.stacks.frames(stack), path.bytes.growth_bytes));
+        // Summed per stack first, so the live view merges each distinct
+        // stack once, however many processes it grew in.
+        let mut growth_by_stack: HashMap<StackId, u64> = HashMap::new();
+        for (&(_, stack), path) in &self.paths {
+            if path.bytes.growth_bytes > 0 {
+                let sum = growth_by_stack.entry(stack).or_default();
+                *sum = sum.saturating_add(path.bytes.growth_bytes);
+            }
+        }
+        let stacks = growth_by_stack
+            .into_iter()
+            .map(|(stack, growth_bytes)| (self.stacks.frames(stack), growth_bytes));
         crate::live::LiveSnapshot {
             processes,
-            top_paths: crate::live::LiveSnapshot::top_paths(paths, top),
+            top_paths: crate::live::LiveSnapshot::top_paths(stacks, top),
         }
     }
 
@@ -664,6 +682,15 @@ mod tests {
         leak_stack, meta, native, parse_stack, prefork_aggregator, rss, sample, start, MIB,
     };
     use super::*;
+
+    /// RSS summed over the live processes, as the live view sees it.
+    fn live_rss(agg: &Aggregator) -> u64 {
+        agg.live_snapshot(0)
+            .processes
+            .iter()
+            .map(|p| p.rss_bytes)
+            .sum()
+    }
 
     /// A frame of `app.py`.
     fn py(function: &str, line: u32) -> Frame {
@@ -980,14 +1007,14 @@ mod tests {
         agg.process_started(start(2, Some(1), Role::Worker, 150));
         agg.counters(1, 200, &rss(10 * MIB, 0));
         agg.counters(2, 200, &rss(30 * MIB, 0));
-        assert_eq!(agg.live_rss_bytes(), 40 * MIB);
+        assert_eq!(live_rss(&agg), 40 * MIB);
         agg.counters(2, 300, &rss(50 * MIB, 0));
-        assert_eq!(agg.live_rss_bytes(), 60 * MIB);
+        assert_eq!(live_rss(&agg), 60 * MIB);
         agg.process_exited(2, 400);
-        assert_eq!(agg.live_rss_bytes(), 10 * MIB);
+        assert_eq!(live_rss(&agg), 10 * MIB);
         // A final read after the exit updates the process, not the live sum.
         agg.counters(2, 410, &rss(5 * MIB, 0));
-        assert_eq!(agg.live_rss_bytes(), 10 * MIB);
+        assert_eq!(live_rss(&agg), 10 * MIB);
         let report = agg.finish(1_100, meta());
         let worker = report.process(2).unwrap();
         assert_eq!(worker.exited_ns, Some(300));
@@ -1014,14 +1041,14 @@ mod tests {
         old.cow_fault_bytes = 8192;
         agg.counters(2, 20, &old);
         agg.process_exited(2, 30);
-        assert_eq!(agg.live_rss_bytes(), 10 * MIB);
+        assert_eq!(live_rss(&agg), 10 * MIB);
         // The kernel hands tgid 2 to a new fork of 1.
         agg.process_started(ProcessStart {
             cmdline: "new worker".to_owned(),
             ..start(2, Some(1), Role::Worker, 40)
         });
         agg.counters(2, 50, &rss(30 * MIB, 0));
-        assert_eq!(agg.live_rss_bytes(), 40 * MIB);
+        assert_eq!(live_rss(&agg), 40 * MIB);
         let report = agg.finish(100, meta());
         let worker = report.process(2).unwrap();
         assert_eq!(worker.cmdline, "new worker");

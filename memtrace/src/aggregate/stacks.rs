@@ -45,15 +45,6 @@ impl StackTable {
         }
     }
 
-    /// [`StackTable::intern`] for a borrowed stack: copied only on first
-    /// sight.
-    pub(crate) fn intern_slice(&mut self, frames: &[Frame]) -> StackId {
-        match self.ids.get(frames) {
-            Some(id) => *id,
-            None => self.insert(frames.into()),
-        }
-    }
-
     /// Stores a stack not seen before under the next id.
     fn insert(&mut self, shared: Arc<[Frame]>) -> StackId {
         let Ok(index) = u32::try_from(self.stacks.len()) else {
@@ -91,7 +82,7 @@ mod tests {
         let mut table = StackTable::default();
         let a = table.intern(vec![native("main"), native("malloc")]);
         let b = table.intern(vec![native("main"), native("calloc")]);
-        let a_again = table.intern_slice(&[native("main"), native("malloc")]);
+        let a_again = table.intern(vec![native("main"), native("malloc")]);
         assert_eq!(a, StackId(0));
         assert_eq!(b, StackId(1));
         assert_eq!(a_again, a);

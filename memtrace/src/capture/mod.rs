@@ -39,6 +39,22 @@ pub enum CaptureError {
         /// The file.
         path: PathBuf,
     },
+    /// The file is empty: the writer was stopped before its header reached
+    /// the disk.
+    #[error("`{}` is an empty capture file (nothing was written to it, not even its header)", path.display())]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file holds only the start of a capture header: the writer was
+    /// stopped (or the disk filled up) while writing it.
+    #[error("the header of capture file `{}` is cut off after {bytes} bytes: the capture holds no data", path.display())]
+    HeaderCut {
+        /// The file.
+        path: PathBuf,
+        /// Bytes of the header found.
+        bytes: usize,
+    },
     /// The file is a capture of a format version this build cannot read.
     #[error(
         "`{}` is a version {found} capture; this memtrace reads version {supported} (use the memtrace that wrote it)",
@@ -104,7 +120,13 @@ pub fn report_command(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         let dir = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the folder `{}`", dir.display()))?;
-        for path in report::render_per_process(&report, args.format, &options, &dir)? {
+        for path in report::render_per_process(
+            &report,
+            args.format,
+            &options,
+            &dir,
+            report::PER_PROCESS_STEM,
+        )? {
             eprintln!("memtrace: wrote {}", path.display());
         }
     } else {

@@ -97,8 +97,10 @@ impl fmt::Display for CaptureWarning {
 /// Reads the capture file at `path`.
 ///
 /// # Errors
-/// [`CaptureError::Io`] when it cannot be read; [`CaptureError::NotACapture`]
-/// when its first line is not a capture header;
+/// [`CaptureError::Io`] when it cannot be read; [`CaptureError::Empty`]
+/// for an empty file; [`CaptureError::HeaderCut`] when it holds only the
+/// start of a header; [`CaptureError::NotACapture`] when its first line is
+/// not a capture header;
 /// [`CaptureError::UnknownVersion`] for another format version;
 /// [`CaptureError::Corrupt`] for a line that is not valid (other than a cut
 /// last line, which is dropped with a [`CaptureWarning`]).
@@ -150,6 +152,17 @@ pub fn read(path: &Path) -> Result<Capture, CaptureError> {
     Ok(capture)
 }
 
+/// How every header line starts (the writer serializes
+/// [`Header::memtrace_capture`] first).
+const HEADER_START: &[u8] = b"{\"memtrace_capture\":";
+
+/// Whether `first`, the file's first line, is the start of a header cut off
+/// before its end of line (shorter or longer than [`HEADER_START`]).
+fn is_cut_header(first: &[u8]) -> bool {
+    let cut = !first.ends_with(b"\n") && serde_json::from_slice::<Header>(first).is_err();
+    cut && (first.starts_with(HEADER_START) || HEADER_START.starts_with(first))
+}
+
 /// Reads and checks line 1.
 fn read_header(path: &Path, input: &mut impl BufRead) -> Result<Header, CaptureError> {
     let not_a_capture = || CaptureError::NotACapture {
@@ -163,6 +176,17 @@ fn read_header(path: &Path, input: &mut impl BufRead) -> Result<Header, CaptureE
             path: path.to_owned(),
             source,
         })?;
+    if first.is_empty() {
+        return Err(CaptureError::Empty {
+            path: path.to_owned(),
+        });
+    }
+    if is_cut_header(&first) {
+        return Err(CaptureError::HeaderCut {
+            path: path.to_owned(),
+            bytes: first.len(),
+        });
+    }
     let value: serde_json::Value = serde_json::from_slice(&first).map_err(|_| not_a_capture())?;
     let found = value
         .get("memtrace_capture")

@@ -164,6 +164,59 @@ fn replay_of_a_capture_equals_the_live_report() {
 }
 
 #[test]
+fn periodic_counter_reads_are_thinned_alike_for_the_report_and_the_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ticks.capture");
+    let file = std::fs::File::create(&path).unwrap();
+    let mut feed = recorder(&path, io::BufWriter::new(file));
+    feed.process_started(start(1, None, Role::Root, START_NS));
+    feed.counters(1, START_NS, &counters(MIB));
+    // Five seconds of 200 ms ticks, RSS up 5 MiB a second: one read a
+    // second is kept.
+    let tick_ns = S / 5;
+    for tick in 1..=25_u64 {
+        feed.periodic_counters(1, START_NS + tick * tick_ns, &counters(tick * MIB));
+    }
+    // A spike within a second: up 100 MiB and back, both steps kept.
+    feed.periodic_counters(1, START_NS + 5 * S + 200, &counters(125 * MIB));
+    feed.periodic_counters(1, START_NS + 5 * S + 400, &counters(26 * MIB));
+    // An exit read is kept however close to the last periodic one.
+    feed.counters(1, START_NS + 5 * S + 500, &counters(30 * MIB));
+    feed.process_exited(1, START_NS + 5 * S + 600);
+    let live = finish(feed, START_NS + 6 * S);
+    let kept: Vec<u64> = live
+        .process(1)
+        .unwrap()
+        .timeline
+        .iter()
+        .map(|p| p.t_ns)
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            0,
+            S,
+            2 * S,
+            3 * S,
+            4 * S,
+            5 * S,
+            5 * S + 200,
+            5 * S + 400,
+            5 * S + 500
+        ]
+    );
+    assert_eq!(live.process(1).unwrap().rss.unwrap().peak_bytes, 126 * MIB);
+    let capture = read(&path).unwrap();
+    let counter_lines = capture
+        .lines
+        .iter()
+        .filter(|line| matches!(line, Line::Counters(_)))
+        .count();
+    assert_eq!(counter_lines, kept.len());
+    assert_eq!(replay(&capture), live);
+}
+
+#[test]
 fn capture_stays_small_and_paths_hold_one_second_each() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.capture");
@@ -202,8 +255,8 @@ fn capture_stays_small_and_paths_hold_one_second_each() {
 fn a_file_that_is_not_a_capture_is_named_in_the_error() {
     let dir = tempfile::tempdir().unwrap();
     for (name, content) in [
-        ("empty", &b""[..]),
-        ("text", b"hello world\n"),
+        ("text", &b"hello world\n"[..]),
+        ("no-newline", b"hello"),
         ("binary", b"\x7fELF\x02\x01\x01\0\0\0"),
         ("report.json", b"{\n  \"meta\": {}\n}\n"),
         ("other.jsonl", b"{\"event\":1}\n{\"event\":2}\n"),
@@ -222,6 +275,31 @@ fn a_file_that_is_not_a_capture_is_named_in_the_error() {
     let missing = dir.path().join("missing.capture");
     let err = read(&missing).unwrap_err();
     assert!(matches!(err, CaptureError::Io { .. }), "{err:?}");
+}
+
+#[test]
+fn an_empty_file_or_a_cut_header_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.capture");
+    std::fs::write(&empty, b"").unwrap();
+    let err = read(&empty).unwrap_err();
+    assert!(matches!(err, CaptureError::Empty { .. }), "{err:?}");
+    assert!(err.to_string().contains("empty capture file"), "{err}");
+
+    let whole = dir.path().join("whole.capture");
+    write_synthetic(&whole);
+    let text = std::fs::read(&whole).unwrap();
+    let header_len = text.iter().position(|&b| b == b'\n').unwrap();
+    for cut_at in [3, 25, header_len - 1] {
+        let cut = dir.path().join(format!("cut-{cut_at}.capture"));
+        std::fs::write(&cut, &text[..cut_at]).unwrap();
+        let err = read(&cut).unwrap_err();
+        assert!(
+            matches!(err, CaptureError::HeaderCut { bytes, .. } if bytes == cut_at),
+            "{cut_at}: {err:?}"
+        );
+        assert!(err.to_string().contains("is cut off"), "{err}");
+    }
 }
 
 #[test]

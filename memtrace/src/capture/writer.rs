@@ -2,7 +2,9 @@
 //! the same calls it feeds the [`crate::aggregate::Aggregator`]; process
 //! lifecycle and counter reads are written as they come, sampled bytes are
 //! summed per (process, stack) and written at each flush (once a second) or
-//! when a new second of the run starts, new stacks first.
+//! when a new second of the run starts, new stacks first. Stacks are the
+//! aggregator's: the writer gets the [`StackId`] the aggregator interned and
+//! reads the frames of stacks not written yet from the aggregator.
 //!
 //! A write error (full disk, removed folder) disables the writer: it is kept
 //! for [`CaptureWriter::take_error`], nothing more is written, and the file
@@ -21,8 +23,7 @@ use super::format::{
 };
 use super::CaptureError;
 use crate::aggregate::{
-    Frame, ProcessStart, PythonStatus, RunMeta, SampledBytes, StackId, StackTable,
-    INITIAL_PATH_BUCKET_NS,
+    Aggregator, ProcessStart, PythonStatus, RunMeta, SampledBytes, StackId, INITIAL_PATH_BUCKET_NS,
 };
 
 /// Sampled bytes not yet written: all from one second of the run.
@@ -48,10 +49,10 @@ pub struct CaptureWriter<W: Write> {
     /// The error that disabled the writer, until taken.
     error: Option<CaptureError>,
     start_ns: u64,
-    /// Capture stack ids (first-seen order, as the aggregator's).
-    stacks: StackTable,
-    /// Stacks interned since the last `stacks` line.
-    unwritten_stacks: Vec<StackId>,
+    /// Stacks with an id below this are in the file (the aggregator hands
+    /// out ids in first-seen order, so a `stacks` line adds the ids from
+    /// here up to the highest id pending).
+    stacks_written: u32,
     pending: PendingPaths,
 }
 
@@ -68,7 +69,7 @@ impl CaptureWriter<BufWriter<File>> {
             source,
         })?;
         let mut writer = Self::new(path, BufWriter::new(file), header)?;
-        writer.flush();
+        writer.flush_out();
         match writer.take_error() {
             Some(err) => Err(err),
             None => Ok(writer),
@@ -88,8 +89,7 @@ impl<W: Write> CaptureWriter<W> {
             out: Some(out),
             error: None,
             start_ns: header.start_ns,
-            stacks: StackTable::default(),
-            unwritten_stacks: Vec::new(),
+            stacks_written: 0,
             pending: PendingPaths::default(),
         };
         writer.write_line(header);
@@ -133,27 +133,30 @@ impl<W: Write> CaptureWriter<W> {
         }));
     }
 
-    /// See [`crate::aggregate::Aggregator::path_delta`]: summed until the
-    /// next flush, or written first if it belongs to another second of the
-    /// run than the bytes already pending.
-    pub fn path_delta(&mut self, tgid: u32, ts_ns: u64, stack: &[Frame], bytes: SampledBytes) {
+    /// See [`crate::aggregate::Aggregator::path_delta`], with the `stack` id
+    /// `stacks` gave the sample's frames: summed until the next flush, or
+    /// written first if it belongs to another second of the run than the
+    /// bytes already pending.
+    pub fn path_delta(
+        &mut self,
+        tgid: u32,
+        ts_ns: u64,
+        stack: StackId,
+        bytes: SampledBytes,
+        stacks: &Aggregator,
+    ) {
         if self.out.is_none() {
             return;
         }
         let second = ts_ns.saturating_sub(self.start_ns) / INITIAL_PATH_BUCKET_NS;
         if !self.pending.deltas.is_empty() && second != self.pending.second {
-            self.write_pending_paths();
+            self.write_pending_paths(stacks);
         }
         if self.pending.deltas.is_empty() {
             self.pending.second = second;
             self.pending.ts_ns = ts_ns;
         }
         self.pending.ts_ns = self.pending.ts_ns.min(ts_ns);
-        let known = self.stacks.len();
-        let stack = self.stacks.intern_slice(stack);
-        if self.stacks.len() > known {
-            self.unwritten_stacks.push(stack);
-        }
         self.pending
             .deltas
             .entry((stack, tgid))
@@ -161,10 +164,15 @@ impl<W: Write> CaptureWriter<W> {
             .merge(&bytes);
     }
 
-    /// Writes the pending sampled bytes and pushes everything written so far
-    /// to the file.
-    pub fn flush(&mut self) {
-        self.write_pending_paths();
+    /// Writes the pending sampled bytes (their new stacks read from
+    /// `stacks`) and pushes everything written so far to the file.
+    pub fn flush(&mut self, stacks: &Aggregator) {
+        self.write_pending_paths(stacks);
+        self.flush_out();
+    }
+
+    /// Pushes everything written so far to the file.
+    fn flush_out(&mut self) {
         if let Some(out) = self.out.as_mut() {
             if let Err(source) = out.flush() {
                 self.fail(source);
@@ -177,10 +185,10 @@ impl<W: Write> CaptureWriter<W> {
     /// # Errors
     /// The error that disabled the writer, if [`CaptureWriter::take_error`]
     /// has not returned it yet.
-    pub fn finish(mut self, meta: &RunMeta) -> Result<(), CaptureError> {
-        self.write_pending_paths();
+    pub fn finish(mut self, meta: &RunMeta, stacks: &Aggregator) -> Result<(), CaptureError> {
+        self.write_pending_paths(stacks);
         self.write_line(&Line::End(meta.clone()));
-        self.flush();
+        self.flush(stacks);
         self.take_error().map_or(Ok(()), Err)
     }
 
@@ -189,17 +197,19 @@ impl<W: Write> CaptureWriter<W> {
         self.error.take()
     }
 
-    /// Writes the stacks not written yet, then the pending sampled bytes.
-    fn write_pending_paths(&mut self) {
-        if self.pending.deltas.is_empty() {
+    /// Writes the stacks not written yet (frames from `stacks`), then the
+    /// pending sampled bytes.
+    fn write_pending_paths(&mut self, stacks: &Aggregator) {
+        // Deltas are keyed stack first: the last one has the highest id.
+        let Some(&(highest, _)) = self.pending.deltas.keys().next_back() else {
             return;
-        }
-        if !self.unwritten_stacks.is_empty() {
-            let stacks = std::mem::take(&mut self.unwritten_stacks)
-                .into_iter()
-                .map(|id| (id, self.stacks.frames(id).to_vec()))
+        };
+        if highest.0 >= self.stacks_written {
+            let new = (self.stacks_written..=highest.0)
+                .map(|id| (StackId(id), stacks.stack_frames(StackId(id)).to_vec()))
                 .collect();
-            self.write_line(&Line::Stacks(stacks));
+            self.write_line(&Line::Stacks(new));
+            self.stacks_written = highest.0.saturating_add(1);
         }
         let pending = std::mem::take(&mut self.pending);
         let deltas = pending
@@ -230,7 +240,6 @@ impl<W: Write> CaptureWriter<W> {
     /// Disables the writer after `source`.
     fn fail(&mut self, source: io::Error) {
         self.out = None;
-        self.unwritten_stacks.clear();
         self.pending = PendingPaths::default();
         self.error = Some(CaptureError::Write {
             path: self.path.clone(),

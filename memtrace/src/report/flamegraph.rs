@@ -68,7 +68,8 @@ fn draw(
     }
     let mut inferno = Options::default();
     inferno.title = title;
-    inferno.subtitle = text::findings(report)
+    inferno.subtitle = report
+        .diagnosis
         .first()
         .map(|finding| subtitle(&text::finding_line(report, finding)));
     inferno.count_name = "bytes".to_owned();

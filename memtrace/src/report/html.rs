@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use super::{flamegraph, format_bytes, format_signed_bytes, text, RenderOptions, Report};
-use crate::aggregate::{ProcessReport, PythonStatus, RssPoint};
+use crate::aggregate::{ProcessReport, RssPoint};
 use crate::diagnose::{Finding, Strength};
 
 /// Nanoseconds per second, for times shown in seconds.
@@ -97,7 +97,7 @@ pub(crate) fn escape(text: &str) -> String {
 
 fn diagnosis(report: &Report) -> String {
     let mut html = String::from("<section id=\"diagnosis\">\n<h2>Diagnosis</h2>\n");
-    let findings = text::findings(report);
+    let findings = &report.diagnosis;
     if findings.is_empty() {
         html.push_str("<p>This report was not diagnosed.</p>\n");
     }
@@ -229,7 +229,7 @@ fn process_tree(report: &Report) -> String {
             rss[3],
             cow,
             format_bytes(p.sampled.growth_bytes),
-            escape(&python_text(p.python.as_ref())),
+            escape(&text::python_text(p.python.as_ref(), true)),
             seconds(p.started_ns),
             exited,
             escape(&p.label()),
@@ -256,15 +256,6 @@ fn process_tree(report: &Report) -> String {
 /// `1.5 s`.
 fn seconds(t_ns: u64) -> String {
     format!("{:.1} s", t_ns as f64 / NS_PER_S)
-}
-
-fn python_text(status: Option<&PythonStatus>) -> String {
-    match status {
-        Some(PythonStatus::Python { version }) => version.clone(),
-        Some(PythonStatus::NotPython) => "not Python".to_owned(),
-        Some(PythonStatus::Unsupported { reason }) => format!("unsupported: {reason}"),
-        None => "?".to_owned(),
-    }
 }
 
 fn rss_charts(report: &Report) -> String {

@@ -74,9 +74,10 @@ pub fn render(
 }
 
 /// Writes one flame graph per traced process into `dir` (which must exist):
-/// `flamegraph-tgid-<tgid>.svg`, in the order of [`Report::processes`],
-/// existing files overwritten. Only [`Format::Flamegraph`] has a
-/// per-process form.
+/// `<stem>-tgid-<tgid>.svg`, in the order of [`Report::processes`],
+/// existing files overwritten (`record`/`run` pass their run's unique stem,
+/// `memtrace report` passes [`PER_PROCESS_STEM`]). Only
+/// [`Format::Flamegraph`] has a per-process form.
 ///
 /// # Errors
 /// [`ReportError::NotPerProcess`] for other formats; [`ReportError::Write`]
@@ -86,6 +87,7 @@ pub fn render_per_process(
     format: Format,
     options: &RenderOptions,
     dir: &Path,
+    stem: &str,
 ) -> Result<Vec<PathBuf>, ReportError> {
     if format != Format::Flamegraph {
         return Err(ReportError::NotPerProcess {
@@ -94,7 +96,7 @@ pub fn render_per_process(
     }
     let mut written = Vec::with_capacity(report.processes.len());
     for process in &report.processes {
-        let path = dir.join(format!("flamegraph-tgid-{}.svg", process.tgid));
+        let path = dir.join(format!("{stem}-tgid-{}.svg", process.tgid));
         write_one(&path, |w| {
             flamegraph::render(report, options, Some(process.tgid), w)
         })?;
@@ -102,6 +104,10 @@ pub fn render_per_process(
     }
     Ok(written)
 }
+
+/// The file name stem of `memtrace report --per-process` flame graphs
+/// (`flamegraph-tgid-<tgid>.svg`).
+pub const PER_PROCESS_STEM: &str = "flamegraph";
 
 /// The `--format` value naming `format` (`table`, `flamegraph`, ...).
 pub fn format_name(format: Format) -> &'static str {
@@ -132,7 +138,7 @@ pub enum ReportError {
         source: io::Error,
     },
     /// `--per-process` was asked for a format that has no per-process form.
-    #[error("format `{format}` has no per-process form (only `flamegraph` has)")]
+    #[error("format `{format}` has no per-process form (add --format flamegraph)")]
     NotPerProcess {
         /// The format (`--format` value).
         format: &'static str,

@@ -25,112 +25,112 @@ const SAMPLE_TYPES: [(&str, &str); 2] = [("growth_space", "bytes"), ("cow_space"
 pub(crate) struct Profile {
     /// What each sample value means.
     #[prost(message, repeated, tag = "1")]
-    pub(crate) sample_type: Vec<ValueType>,
+    sample_type: Vec<ValueType>,
     /// One sample per (process, stack).
     #[prost(message, repeated, tag = "2")]
-    pub(crate) sample: Vec<Sample>,
+    sample: Vec<Sample>,
     /// One location per distinct frame.
     #[prost(message, repeated, tag = "4")]
-    pub(crate) location: Vec<Location>,
+    location: Vec<Location>,
     /// One function per distinct (name, file).
     #[prost(message, repeated, tag = "5")]
-    pub(crate) function: Vec<Function>,
+    function: Vec<Function>,
     /// Every string; `string_table[0]` is `""`.
     #[prost(string, repeated, tag = "6")]
-    pub(crate) string_table: Vec<String>,
+    string_table: Vec<String>,
     /// Length of the trace, in nanoseconds.
     #[prost(int64, tag = "10")]
-    pub(crate) duration_nanos: i64,
+    duration_nanos: i64,
     /// What the sampling period counts (`space`/`bytes`).
     #[prost(message, optional, tag = "11")]
-    pub(crate) period_type: Option<ValueType>,
+    period_type: Option<ValueType>,
     /// Mean bytes between samples.
     #[prost(int64, tag = "12")]
-    pub(crate) period: i64,
+    period: i64,
     /// Free text (the diagnosis), as string-table indices.
     #[prost(int64, repeated, tag = "13")]
-    pub(crate) comment: Vec<i64>,
+    comment: Vec<i64>,
     /// String-table index of the sample type shown by default.
     #[prost(int64, tag = "14")]
-    pub(crate) default_sample_type: i64,
+    default_sample_type: i64,
 }
 
 /// `ValueType` (fields 1, 2): string-table indices of a type and its unit.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct ValueType {
+struct ValueType {
     /// e.g. `growth_space`.
     #[prost(int64, tag = "1")]
-    pub(crate) r#type: i64,
+    r#type: i64,
     /// e.g. `bytes`.
     #[prost(int64, tag = "2")]
-    pub(crate) unit: i64,
+    unit: i64,
 }
 
 /// `Sample` (fields 1, 2, 3).
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Sample {
+struct Sample {
     /// Location ids, leaf (innermost frame) first.
     #[prost(uint64, repeated, tag = "1")]
-    pub(crate) location_id: Vec<u64>,
+    location_id: Vec<u64>,
     /// One value per sample type.
     #[prost(int64, repeated, tag = "2")]
-    pub(crate) value: Vec<i64>,
+    value: Vec<i64>,
     /// `tgid` (number) and `process` (command) labels.
     #[prost(message, repeated, tag = "3")]
-    pub(crate) label: Vec<Label>,
+    label: Vec<Label>,
 }
 
 /// `Label` (fields 1, 2, 3): a string or a number under a key.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Label {
+struct Label {
     /// String-table index of the key.
     #[prost(int64, tag = "1")]
-    pub(crate) key: i64,
+    key: i64,
     /// String-table index of a string value (0 when numeric).
     #[prost(int64, tag = "2")]
-    pub(crate) str: i64,
+    str: i64,
     /// A numeric value.
     #[prost(int64, tag = "3")]
-    pub(crate) num: i64,
+    num: i64,
 }
 
 /// `Location` (fields 1, 4): one frame.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Location {
+struct Location {
     /// Nonzero id.
     #[prost(uint64, tag = "1")]
-    pub(crate) id: u64,
+    id: u64,
     /// The function and line.
     #[prost(message, repeated, tag = "4")]
-    pub(crate) line: Vec<Line>,
+    line: Vec<Line>,
 }
 
 /// `Line` (fields 1, 2).
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Line {
+struct Line {
     /// Id of the function.
     #[prost(uint64, tag = "1")]
-    pub(crate) function_id: u64,
+    function_id: u64,
     /// Source line (0 when unknown).
     #[prost(int64, tag = "2")]
-    pub(crate) line: i64,
+    line: i64,
 }
 
 /// `Function` (fields 1, 2, 3, 4).
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Function {
+struct Function {
     /// Nonzero id.
     #[prost(uint64, tag = "1")]
-    pub(crate) id: u64,
+    id: u64,
     /// String-table index of the name.
     #[prost(int64, tag = "2")]
-    pub(crate) name: i64,
+    name: i64,
     /// String-table index of the name as the system knows it (same).
     #[prost(int64, tag = "3")]
-    pub(crate) system_name: i64,
+    system_name: i64,
     /// String-table index of the source file (0 for native code).
     #[prost(int64, tag = "4")]
-    pub(crate) filename: i64,
+    filename: i64,
 }
 
 /// Writes `report` as a gzipped pprof profile: sample types
@@ -138,7 +138,8 @@ pub(crate) struct Function {
 /// (process, stack) with sampled growth or copy-on-write bytes, labelled
 /// `tgid` and `process`. Python frames are functions with their file and
 /// line; native frames are functions without a file. The diagnosis goes
-/// into the profile's comments (`go tool pprof -comments`). Deterministic
+/// into the profile's comments (`go tool pprof -comments`), one comment per
+/// line: each finding's summary, evidence, code paths and next step. Deterministic
 /// (no timestamp in the gzip header).
 ///
 /// # Errors
@@ -152,7 +153,7 @@ pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 }
 
 /// Builds the profile message of `report`.
-pub(crate) fn build(report: &Report) -> Profile {
+fn build(report: &Report) -> Profile {
     let mut builder = Builder::default();
     builder.strings.index("");
     let sample_type = SAMPLE_TYPES
@@ -195,12 +196,11 @@ pub(crate) fn build(report: &Report) -> Profile {
             label,
         });
     }
-    let comment = super::text::findings(report)
+    let comment = report
+        .diagnosis
         .iter()
-        .map(|finding| {
-            let line = super::text::finding_line(report, finding);
-            builder.strings.index(&line)
-        })
+        .flat_map(|finding| super::text::finding_lines(report, finding))
+        .map(|line| builder.strings.index(&line))
         .collect();
     let period_type = Some(builder.value_type("space", "bytes"));
     let default_sample_type = builder.strings.index(SAMPLE_TYPES[0].0);
@@ -316,7 +316,7 @@ mod tests {
     use flate2::read::GzDecoder;
 
     use super::*;
-    use crate::aggregate::test_support::{server_report, MIB};
+    use crate::aggregate::test_support::{prefork_report, server_report, MIB};
 
     fn decoded(report: &Report) -> Profile {
         let mut gz = Vec::new();
@@ -385,6 +385,39 @@ mod tests {
         assert_eq!(
             labels,
             [("tgid", 101, ""), ("process", 0, "python3 server.py")]
+        );
+    }
+
+    #[test]
+    fn comments_carry_each_finding_line_by_line() {
+        let mut report = prefork_report();
+        report.diagnosis = crate::diagnose::diagnose(&report);
+        let top = &report.diagnosis[0];
+        let profile = decoded(&report);
+        let comments: Vec<&str> = profile
+            .comment
+            .iter()
+            .map(|&i| string(&profile, i))
+            .collect();
+        assert_eq!(
+            comments[0],
+            crate::report::text::finding_line(&report, top),
+            "{comments:#?}"
+        );
+        assert!(comments.iter().all(|c| !c.contains('\n')), "{comments:#?}");
+        for evidence in &top.evidence {
+            assert!(
+                comments.contains(&format!("- {evidence}").as_str()),
+                "{comments:#?}"
+            );
+        }
+        assert!(
+            comments.iter().any(|c| c.starts_with("path: ")),
+            "{comments:#?}"
+        );
+        assert!(
+            comments.contains(&format!("next step: {}", top.next_step).as_str()),
+            "{comments:#?}"
         );
     }
 

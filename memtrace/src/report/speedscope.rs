@@ -92,12 +92,22 @@ fn build(report: &Report) -> File<'_> {
             frames: frames.frames,
         },
         profiles,
-        name: format!(
-            "memtrace: sampled memory growth of `{}`",
-            report.meta.command
-        ),
+        name: file_name(report),
         active_profile_index: active.0,
         exporter: format!("memtrace {}", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+/// The file's name, shown as speedscope's title: the run, and the top
+/// diagnosis finding's summary when there is one.
+fn file_name(report: &Report) -> String {
+    let run = format!(
+        "memtrace: sampled memory growth of `{}`",
+        report.meta.command
+    );
+    match report.diagnosis.first() {
+        Some(finding) => format!("{run}: {}", finding.summary),
+        None => run,
     }
 }
 
@@ -220,6 +230,24 @@ mod tests {
         assert_eq!(first["weights"], json!([16 * MIB, 10 * MIB]));
         assert_eq!(first["endValue"], 26 * MIB);
         assert_eq!(value["activeProfileIndex"], 0);
+    }
+
+    #[test]
+    fn the_file_name_carries_the_top_finding() {
+        let mut report = prefork_report();
+        let plain = rendered(&report);
+        assert_eq!(
+            plain["name"],
+            "memtrace: sampled memory growth of `gunicorn app:wsgi`"
+        );
+        report.diagnosis = crate::diagnose::diagnose(&report);
+        let summary = &report.diagnosis[0].summary;
+        let value = rendered(&report);
+        assert_eq!(
+            value["name"],
+            format!("memtrace: sampled memory growth of `gunicorn app:wsgi`: {summary}")
+        );
+        assert_eq!(value["profiles"][0]["name"], "gunicorn app:wsgi (tgid 101)");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::io::{self, Write};
 
 use super::{format_bytes, format_signed_bytes, text, WrittenFiles};
-use crate::aggregate::{Frame, PathReport, ProcessReport, PythonStatus, Report, StackGrowthReport};
+use crate::aggregate::{Frame, PathReport, ProcessReport, Report, StackGrowthReport};
 use crate::diagnose::Finding;
 
 /// Most Python frames printed per path (innermost ones); the rest are counted.
@@ -68,7 +68,7 @@ pub fn render_summary(report: &Report, top: usize, out: &mut dyn Write) -> io::R
 /// The findings, most important first, then a blank line; nothing when the
 /// report was not diagnosed.
 fn diagnosis(report: &Report, out: &mut dyn Write) -> io::Result<()> {
-    let findings = text::findings(report);
+    let findings = &report.diagnosis;
     if findings.is_empty() {
         return Ok(());
     }
@@ -166,18 +166,8 @@ fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
         "{:>7}  {:<6}  {start:>10} → {end:>10}  {peak:>10}  {growth:>11}  {cow:>10}  {:<11}  {command}",
         p.tgid,
         p.role.to_string(),
-        python_column(p.python.as_ref()),
+        text::python_text(p.python.as_ref(), false),
     )
-}
-
-/// The PYTHON column: version, `not Python`, `unsupported` or `?`.
-fn python_column(status: Option<&PythonStatus>) -> String {
-    match status {
-        Some(PythonStatus::Python { version }) => version.clone(),
-        Some(PythonStatus::NotPython) => "not Python".to_owned(),
-        Some(PythonStatus::Unsupported { .. }) => "unsupported".to_owned(),
-        None => "?".to_owned(),
-    }
 }
 
 fn totals(report: &Report, out: &mut dyn Write) -> io::Result<()> {

@@ -2,17 +2,11 @@
 //! HTML, flame graph titles): how a diagnosis finding, its scope and its
 //! code paths read.
 
-use crate::aggregate::{Frame, Report, StackId};
+use crate::aggregate::{Frame, PythonStatus, Report, StackId};
 use crate::diagnose::{Finding, Pattern, Scope, Strength};
 
 /// Most frames of a path shown on one line; the rest are counted.
 const MAX_FRAMES_PER_LINE: usize = 4;
-
-/// The findings of `report`'s diagnosis, most important first (empty when
-/// it was not diagnosed).
-pub(crate) fn findings(report: &Report) -> &[Finding] {
-    &report.diagnosis
-}
 
 /// Short name of a growth pattern, e.g. `worker multiplication`.
 pub(crate) fn pattern_name(pattern: Pattern) -> &'static str {
@@ -58,7 +52,23 @@ pub(crate) fn finding_line(report: &Report, finding: &Finding) -> String {
     line
 }
 
-/// One code path on one line, innermost frame first, e.g.
+/// A finding as plain lines: its [`finding_line`], then `- evidence` lines,
+/// `path: ...` lines (and `… N more paths`), and `next step: ...` (for
+/// formats that carry one string per line, such as pprof comments).
+pub(crate) fn finding_lines(report: &Report, finding: &Finding) -> Vec<String> {
+    let mut lines = vec![finding_line(report, finding)];
+    lines.extend(finding.evidence.iter().map(|e| format!("- {e}")));
+    let (paths, left_out) = finding_path_lines(report, finding);
+    lines.extend(paths.iter().map(|p| format!("path: {p}")));
+    if left_out > 0 {
+        lines.push(format!("… {left_out} more paths"));
+    }
+    if !finding.next_step.is_empty() {
+        lines.push(format!("next step: {}", finding.next_step));
+    }
+    lines
+}
+
 /// Code paths shown under a finding, at most.
 pub(crate) const MAX_PATHS_PER_FINDING: usize = 3;
 
@@ -78,6 +88,7 @@ pub(crate) fn finding_path_lines(report: &Report, finding: &Finding) -> (Vec<Str
     (lines, left_out)
 }
 
+/// One code path on one line, innermost frame first, e.g.
 /// `append (app/cache.py:42) ← handle (app/views.py:10) ← … 2 more`. Native
 /// frames under Python ones are left out; a stack of only native frames shows
 /// them. `(empty stack)` for an unknown id or an empty stack.
@@ -106,6 +117,20 @@ pub(crate) fn path_line(report: &Report, stack: StackId) -> String {
         line.push_str(&format!(" ← … {} more", shown.len() - MAX_FRAMES_PER_LINE));
     }
     line
+}
+
+/// Whether Python stacks were read in a process: its version, `not Python`,
+/// `unsupported` (with the reason when `with_reason`) or `?` (unknown).
+pub(crate) fn python_text(status: Option<&PythonStatus>, with_reason: bool) -> String {
+    match status {
+        Some(PythonStatus::Python { version }) => version.clone(),
+        Some(PythonStatus::NotPython) => "not Python".to_owned(),
+        Some(PythonStatus::Unsupported { reason }) if with_reason => {
+            format!("unsupported: {reason}")
+        }
+        Some(PythonStatus::Unsupported { .. }) => "unsupported".to_owned(),
+        None => "?".to_owned(),
+    }
 }
 
 /// Frames as the reports list them: the Python (and marker) frames
