@@ -35,15 +35,18 @@ pub static PY_PROCESSES: HashMap<u32, PyProcessInfo> = HashMap::with_max_entries
 #[map]
 pub static DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// The last `exceptions:page_fault_user` on this CPU, read by the
-/// `kmem:rss_stat` event that the same fault raises right after.
+/// The last `exceptions:page_fault_user` or `page_fault_kernel` (a fault the
+/// kernel took on a user address for the process, e.g. in `read()`) on this
+/// CPU, read by the `kmem:rss_stat` event that the same fault raises right
+/// after.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct PendingFault {
     /// Thread that faulted.
     pub tid: u32,
-    /// Always zero.
-    pub _pad: u32,
+    /// Non-zero once a growth event took this fault's address: a later
+    /// growth with no fault of its own (e.g. `MAP_POPULATE`) gets none.
+    pub consumed: u32,
     /// Faulting user address.
     pub address: u64,
     /// User instruction pointer of the faulting instruction.
@@ -92,3 +95,23 @@ pub static TASK_TGID_OFFSET: Global<u64> = Global::new(0);
 /// `offsetof(struct task_struct, pid)`, from the kernel's BTF.
 #[unsafe(no_mangle)]
 pub static TASK_PID_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct task_struct, exit_code)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static TASK_EXIT_CODE_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct task_struct, start_boottime)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static TASK_START_BOOTTIME_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct task_struct, mm)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static TASK_MM_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct mm_struct, rss_stat)` (an array of `NR_MM_COUNTERS`
+/// `struct percpu_counter`), from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static MM_RSS_STAT_OFFSET: Global<u64> = Global::new(0);
+/// `sizeof(struct percpu_counter)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static PERCPU_COUNTER_SIZE: Global<u64> = Global::new(0);
+/// `offsetof(struct percpu_counter, count)` (`s64`, in pages), from the
+/// kernel's BTF.
+#[unsafe(no_mangle)]
+pub static PERCPU_COUNTER_COUNT_OFFSET: Global<u64> = Global::new(0);

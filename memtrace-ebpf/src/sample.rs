@@ -30,6 +30,8 @@ pub struct MemoryEventArgs {
     pub native_ip: u64,
     /// Event flags (see `MemoryRecord::flags`).
     pub flags: u64,
+    /// The process's RSS right after the event, in bytes.
+    pub rss_bytes: u64,
 }
 
 /// The sampling weight of an event of `len_bytes` if it is sampled, or
@@ -85,7 +87,7 @@ pub fn count_dropped() {
     }
 }
 
-/// Sends a small fixed-size record (fork, exec, exit).
+/// Sends a fixed-size record without a stack (fork, exec, exit, address).
 #[inline(always)]
 pub fn emit<T: 'static>(record: T) {
     match RECORDS.reserve::<T>(0) {
@@ -113,7 +115,7 @@ pub fn emit_memory(tgid: u32, args: &MemoryEventArgs) {
 }
 
 /// Writes every field of a reserved `MemoryRecord` in place (the record is
-/// 1,104 bytes: too big for the 512-byte BPF stack).
+/// 1,112 bytes: too big for the 512-byte BPF stack).
 #[inline(always)]
 fn fill_memory(
     entry: &mut RingBufEntry<MemoryRecord>,
@@ -132,6 +134,7 @@ fn fill_memory(
         (*record).weight_bytes = weight_bytes;
         (*record).native_ip = args.native_ip;
         (*record).flags = args.flags;
+        (*record).rss_bytes = args.rss_bytes;
         (*record)._pad = 0;
         let walk = pystack::walk(tgid, &raw mut (*record).frames);
         (*record).frame_count = walk.frame_count;

@@ -82,6 +82,23 @@ pub struct RenderArgs {
     /// Growth paths shown in the table and HTML report.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
+    /// Which bytes weigh the paths of flame graphs, folded stacks,
+    /// speedscope and pprof: bytes held at each process's high-water mark,
+    /// bytes held at the end, or every first touch (counted again when
+    /// freed memory is touched again).
+    #[arg(long, value_enum, default_value_t = WeightArg::Peak)]
+    pub weight: WeightArg,
+}
+
+/// `--weight` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightArg {
+    /// Held when the process's RSS was highest.
+    Peak,
+    /// Held at the end (of the trace, or when the process began to exit).
+    End,
+    /// Every first touch of a page.
+    Grown,
 }
 
 /// Arguments of `memtrace diff`.

@@ -22,7 +22,7 @@ use crate::capture;
 use crate::cli::{DiffArgs, Format};
 use crate::report::folded::sanitize;
 use crate::report::table::frame_lines;
-use crate::report::{format_bytes, format_signed_bytes};
+use crate::units::{format_bytes, format_signed_bytes};
 
 /// Most growth paths the table lists; the rest are counted.
 const MAX_PATHS_SHOWN: usize = 20;

@@ -11,7 +11,8 @@
 //! `diagnose` (which growth pattern, with evidence) →
 //! `report` (table, folded stacks, JSON, flame graph, speedscope, pprof,
 //! HTML); `diff` compares two captures or two times of one.
-//! `app` wires the steps together for each command.
+//! `app` wires the steps together for each command; `units` formats
+//! sizes for every step that prints them.
 #![deny(missing_docs)]
 
 pub mod aggregate;
@@ -22,8 +23,10 @@ pub mod cli;
 pub mod diagnose;
 pub mod diff;
 pub mod events;
+pub mod held;
 pub mod live;
 pub mod process;
 pub mod python;
 pub mod report;
 pub mod symbolize;
+pub mod units;

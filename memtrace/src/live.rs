@@ -1,5 +1,6 @@
 //! Live view of `record`/`run`, beside the aggregation step: every ~2 s (on
-//! a terminal; every 5 s as plain lines) the app hands it a [`LiveSnapshot`] of the aggregator's current state, and it
+//! a terminal; every 5 s as plain lines) the app hands it a [`LiveSnapshot`]
+//! of the aggregator's current state, and it
 //! draws elapsed time, records, drops, the live processes with RSS and
 //! growth rate, and the top growth paths so far, on standard error.
 //!
@@ -12,8 +13,8 @@ use std::collections::HashMap;
 use std::io::{self, IsTerminal, Write};
 use std::time::Duration;
 
-use crate::aggregate::Frame;
-use crate::report::{format_bytes, format_signed_bytes};
+use crate::aggregate::{LiveProcess, LiveSnapshot};
+use crate::units::{format_bytes, format_signed_bytes};
 
 /// Time between two redraws of the view on a terminal.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(2);
@@ -34,79 +35,6 @@ const WRAP_OFF: &str = "\x1b[?7l";
 const WRAP_ON: &str = "\x1b[?7h";
 /// ANSI: clear from the cursor to the end of the screen.
 const CLEAR_BELOW: &str = "\x1b[J";
-
-/// One live process, as the aggregator knows it now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LiveProcess {
-    /// Its tgid.
-    pub tgid: u32,
-    /// Short name (`ProcessReport::label` form).
-    pub label: String,
-    /// Latest RSS reading, in bytes (0 before the first).
-    pub rss_bytes: u64,
-}
-
-/// One growth path so far: where it allocates and how much it grew.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LivePath {
-    /// Its innermost Python frame (the innermost frame when it has no
-    /// Python frame), as `Frame`'s display text.
-    pub frame: String,
-    /// Sampled resident growth so far, summed over processes, in bytes.
-    pub growth_bytes: u64,
-}
-
-/// What the view shows of the aggregator's state; plain data, filled by the
-/// aggregator (see [`LiveSnapshot::top_paths`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LiveSnapshot {
-    /// The processes alive now, any order.
-    pub processes: Vec<LiveProcess>,
-    /// The largest growth paths so far, largest first.
-    pub top_paths: Vec<LivePath>,
-}
-
-impl LiveSnapshot {
-    /// The `top` largest growth paths of `stacks` — (frames outermost first,
-    /// sampled growth bytes) pairs, best one per distinct stack (the
-    /// aggregator sums its (process, stack) paths per stack first) — merged
-    /// by innermost Python frame ([`LivePath::frame`]), largest first, ties
-    /// by frame text; stacks without growth are left out. Only the merged
-    /// frames are formatted.
-    pub fn top_paths<'a>(
-        stacks: impl IntoIterator<Item = (&'a [Frame], u64)>,
-        top: usize,
-    ) -> Vec<LivePath> {
-        let mut merged: HashMap<Option<&Frame>, u64> = HashMap::new();
-        for (frames, growth_bytes) in stacks {
-            if growth_bytes == 0 {
-                continue;
-            }
-            let sum = merged.entry(innermost_frame(frames)).or_default();
-            *sum = sum.saturating_add(growth_bytes);
-        }
-        let mut paths: Vec<LivePath> = merged
-            .into_iter()
-            .map(|(frame, growth_bytes)| LivePath {
-                frame: frame.map_or_else(|| "[empty stack]".to_owned(), ToString::to_string),
-                growth_bytes,
-            })
-            .collect();
-        paths.sort_by(|a, b| (b.growth_bytes, &a.frame).cmp(&(a.growth_bytes, &b.frame)));
-        paths.truncate(top);
-        paths
-    }
-}
-
-/// The innermost Python frame of `frames` (outermost first), else the
-/// innermost frame; `None` for an empty stack.
-fn innermost_frame(frames: &[Frame]) -> Option<&Frame> {
-    frames
-        .iter()
-        .rev()
-        .find(|f| matches!(f, Frame::Python { .. }))
-        .or_else(|| frames.last())
-}
 
 /// How the view is drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,7 +245,7 @@ impl Status<'_> {
         if let Some(top) = self.snapshot.top_paths.first() {
             line.push_str(&format!(
                 "; top growth: {} {}",
-                format_bytes(top.growth_bytes),
+                format_bytes(top.held_bytes),
                 top.frame
             ));
         }
@@ -349,14 +277,14 @@ impl Status<'_> {
             let more = processes.len() - MAX_PROCESSES_SHOWN;
             lines.push(format!("{:>8}  … {more} more", ""));
         }
-        lines.push("Top growth paths so far (innermost Python frame):".to_owned());
+        lines.push("Paths holding the most memory now (innermost Python frame):".to_owned());
         if self.snapshot.top_paths.is_empty() {
             lines.push("  none yet".to_owned());
         }
         for path in self.snapshot.top_paths.iter().take(MAX_PATHS_SHOWN) {
             lines.push(format!(
                 "  {:>10}  {}",
-                format_bytes(path.growth_bytes),
+                format_bytes(path.held_bytes),
                 path.frame
             ));
         }
@@ -540,7 +468,7 @@ mod tests {
         let paths = LiveSnapshot::top_paths(stacks.iter().map(|(f, b)| (f.as_slice(), *b)), 3);
         let got: Vec<(&str, u64)> = paths
             .iter()
-            .map(|p| (p.frame.as_str(), p.growth_bytes))
+            .map(|p| (p.frame.as_str(), p.held_bytes))
             .collect();
         assert_eq!(
             got,

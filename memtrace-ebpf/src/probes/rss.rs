@@ -1,8 +1,8 @@
 //! Resident memory of traced processes (`kmem:rss_stat`): keeps each
-//! process's RSS per member and its high-water mark, sums anonymous growth
-//! and release, and samples anonymous growth with the Python stack (the
-//! first touch of an anonymous page raises this event right after its
-//! `page_fault_user`).
+//! process's RSS per member and its high-water mark, sums growth and
+//! release per member, and samples growth of anonymous, file-backed and
+//! shared memory with the Python stack (the first touch of a page raises
+//! this event right after its page fault).
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use memtrace_common::{
@@ -41,7 +41,10 @@ fn try_rss_stat(ctx: &TracePointContext) -> Result<(), ()> {
     // SAFETY: offsets within the tracepoint record (format above).
     let curr: u32 = unsafe { ctx.read_at(CURR_OFFSET) }.map_err(|_| ())?;
     if curr != 1 {
-        return Ok(()); // another mm (fork copying, reclaim): not attributable
+        // Another mm: fork copying into the child, reclaim, and the
+        // teardown in exit_mm()/exec_mmap(), which run after the task's mm
+        // pointer was cleared or switched: not the process's own doing.
+        return Ok(());
     }
     let (tgid, tid) = current_ids();
     let Some(counters) = traced(tgid) else {
@@ -50,7 +53,9 @@ fn try_rss_stat(ctx: &TracePointContext) -> Result<(), ()> {
     // SAFETY: as above.
     let mm_id: u32 = unsafe { ctx.read_at(MM_ID_OFFSET) }.map_err(|_| ())?;
     // SAFETY: live map value of a traced process.
-    unsafe { adopt_mm(counters, mm_id) };
+    if !unsafe { same_mm(counters, mm_id) } {
+        return Ok(());
+    }
     // SAFETY: as above.
     let member: i32 = unsafe { ctx.read_at(MEMBER_OFFSET) }.map_err(|_| ())?;
     // SAFETY: as above.
@@ -66,34 +71,27 @@ fn try_rss_stat(ctx: &TracePointContext) -> Result<(), ()> {
     let delta = unsafe { store_member(counters, member, size_bytes) };
     // SAFETY: as above.
     unsafe { update_peak(counters) };
-    if member == MM_ANONPAGES {
-        // SAFETY: as above.
-        unsafe { account_anon(tgid, tid, counters, delta) };
-    }
+    // SAFETY: as above.
+    unsafe { account_member(tgid, tid, counters, member, delta) };
     Ok(())
 }
 
-/// Makes `mm_id` the address space the counters follow. A first id (after
-/// attach or fork) is adopted as is; a new one means execve installed a fresh
-/// address space, whose counters start at zero: the old image's RSS and
-/// high-water mark are dropped. Only the exec'ing thread is left by then, so
-/// plain writes do not race.
+/// Whether `mm_id` is the address space the counters follow. A first id
+/// (after attach, fork or exec) is adopted; a different one is the new
+/// image of an execve whose `sched_process_exec` has not restarted the
+/// counters yet, and is not counted (its sizes are absolute: the next event
+/// of each member after the restart carries them).
 ///
 /// # Safety
 /// `counters` is a live `PROCESSES` value.
 #[inline(always)]
-unsafe fn adopt_mm(counters: *mut ProcessCounters, mm_id: u32) {
+unsafe fn same_mm(counters: *mut ProcessCounters, mm_id: u32) -> bool {
     // SAFETY: see the function's contract.
     let value = unsafe { &mut *counters };
-    if value.mm_id == mm_id {
-        return;
+    if value.mm_id == 0 {
+        value.mm_id = mm_id;
     }
-    if value.mm_id != 0 {
-        value.rss_bytes = [0; RSS_MEMBER_COUNT];
-        value.rss_known = (1 << RSS_MEMBER_COUNT) - 1;
-        value.rss_peak_bytes = 0;
-    }
-    value.mm_id = mm_id;
+    value.mm_id == mm_id
 }
 
 /// Stores `size_bytes` as member `member`'s RSS and returns the change
@@ -129,9 +127,7 @@ unsafe fn update_peak(counters: *mut ProcessCounters) {
     if value.rss_known & PEAK_MEMBERS != PEAK_MEMBERS {
         return;
     }
-    let total = value.rss_bytes[MM_FILEPAGES]
-        + value.rss_bytes[MM_ANONPAGES]
-        + value.rss_bytes[MM_SHMEMPAGES];
+    let total = value.rss_total_bytes();
     // A racing thread may store a slightly lower peak; the next event of a
     // growing process raises it again.
     if total > value.rss_peak_bytes {
@@ -140,22 +136,62 @@ unsafe fn update_peak(counters: *mut ProcessCounters) {
     }
 }
 
-/// Adds an anonymous RSS change to the growth or release total and samples
-/// growth with the faulting address and instruction of this thread's last
-/// page fault on this CPU.
+/// The growth and release counters of `member` and the event its growth is
+/// sampled as; `None` for swap entries (not resident memory).
 ///
 /// # Safety
-/// `counters` is the live `PROCESSES` value of `tgid`.
+/// `counters` is a live `PROCESSES` value.
 #[inline(always)]
-unsafe fn account_anon(tgid: u32, tid: u32, counters: *mut ProcessCounters, delta: i64) {
-    if delta < 0 {
-        // SAFETY: see the function's contract.
-        unsafe {
-            add(
+unsafe fn member_accounts(
+    counters: *mut ProcessCounters,
+    member: usize,
+) -> Option<(*mut u64, *mut u64, MemoryEvent)> {
+    // SAFETY: field addresses of a live map value.
+    unsafe {
+        match member {
+            MM_ANONPAGES => Some((
+                &raw mut (*counters).anon_growth_bytes,
                 &raw mut (*counters).anon_release_bytes,
-                delta.unsigned_abs(),
-            )
-        };
+                MemoryEvent::AnonGrowth,
+            )),
+            MM_FILEPAGES => Some((
+                &raw mut (*counters).file_growth_bytes,
+                &raw mut (*counters).file_release_bytes,
+                MemoryEvent::FileGrowth,
+            )),
+            MM_SHMEMPAGES => Some((
+                &raw mut (*counters).shmem_growth_bytes,
+                &raw mut (*counters).shmem_release_bytes,
+                MemoryEvent::ShmemGrowth,
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Adds a member's RSS change to its growth or release total and samples
+/// growth with the address and instruction of this thread's pending page
+/// fault on this CPU (taken once: a second growth without a fault of its
+/// own gets no address).
+///
+/// # Safety
+/// `counters` is the live `PROCESSES` value of `tgid`; `member <
+/// RSS_MEMBER_COUNT`.
+#[inline(always)]
+unsafe fn account_member(
+    tgid: u32,
+    tid: u32,
+    counters: *mut ProcessCounters,
+    member: usize,
+    delta: i64,
+) {
+    // SAFETY: see the function's contract.
+    let Some((growth, release, event)) = (unsafe { member_accounts(counters, member) }) else {
+        return;
+    };
+    if delta < 0 {
+        // SAFETY: as above.
+        unsafe { add(release, delta.unsigned_abs()) };
         return;
     }
     if delta == 0 {
@@ -163,17 +199,33 @@ unsafe fn account_anon(tgid: u32, tid: u32, counters: *mut ProcessCounters, delt
     }
     let len_bytes = delta as u64;
     // SAFETY: as above.
-    unsafe { add(&raw mut (*counters).anon_growth_bytes, len_bytes) };
-    let (addr, native_ip) = match PENDING_FAULT.get(0) {
-        Some(fault) if fault.tid == tid => (fault.address, fault.ip),
-        _ => (0, 0),
-    };
+    unsafe { add(growth, len_bytes) };
+    let (addr, native_ip) = take_pending_fault(tid);
     let args = MemoryEventArgs {
-        event: MemoryEvent::AnonGrowth,
+        event,
         addr,
         len_bytes,
         native_ip,
         flags: 0,
+        // SAFETY: as above.
+        rss_bytes: unsafe { (*counters).rss_total_bytes() },
     };
     emit_memory(tgid, &args);
+}
+
+/// `(address, ip)` of thread `tid`'s pending fault on this CPU, marking it
+/// consumed; `(0, 0)` when there is none.
+#[inline(always)]
+fn take_pending_fault(tid: u32) -> (u64, u64) {
+    let Some(fault) = PENDING_FAULT.get_ptr_mut(0) else {
+        return (0, 0);
+    };
+    // SAFETY: this CPU's slot; programs do not nest on one CPU.
+    unsafe {
+        if (*fault).tid != tid || (*fault).consumed != 0 {
+            return (0, 0);
+        }
+        (*fault).consumed = 1;
+        ((*fault).address, (*fault).ip)
+    }
 }

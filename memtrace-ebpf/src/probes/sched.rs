@@ -1,19 +1,30 @@
-//! Process tree: `sched_process_fork` extends the traced set in the kernel
-//! (so a worker forked by a traced master is traced from its first page),
-//! `sched_process_exec` and `sched_process_exit` tell userspace that a
-//! traced process changed its image or is gone.
+//! Process lifecycle: `sched_process_fork` extends the traced set in the
+//! kernel (so a worker forked by a traced master is traced from its first
+//! page, starting from the memory it inherited); `sched_process_exec` ends
+//! an image and restarts the counters for the new one; the start of an exit
+//! (CPython's finalization, `exit_group`) freezes a process's memory as it
+//! was before teardown; `sched_process_exit` reports the exit status and the
+//! final counters and forgets the process, so a reused tgid starts fresh.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
-    helpers::bpf_probe_read_kernel,
-    macros::{btf_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, TracePointContext},
+    bindings::BPF_ANY,
+    helpers::{bpf_get_current_task, bpf_probe_read_kernel},
+    macros::{btf_tracepoint, tracepoint, uprobe},
+    programs::{BtfTracePointContext, ProbeContext, TracePointContext},
 };
-use memtrace_common::{ExecRecord, ExitRecord, ForkRecord, ProcessCounters, RecordKind};
+use memtrace_common::{
+    ExecRecord, ExitBeginReason, ExitBeginRecord, ExitRecord, ForkRecord, ProcessCounters,
+    RecordKind, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES, MM_SWAPENTS, PAGE_SIZE_BYTES,
+    RSS_ALL_KNOWN, RSS_MEMBER_COUNT,
+};
 
 use crate::{
-    counters::{current_ids, swap},
-    maps::{FOLLOW_FORKS, PROCESSES, PY_PROCESSES, TASK_PID_OFFSET, TASK_TGID_OFFSET},
+    counters::{current_ids, swap, traced},
+    maps::{
+        FOLLOW_FORKS, MM_RSS_STAT_OFFSET, PERCPU_COUNTER_COUNT_OFFSET, PERCPU_COUNTER_SIZE,
+        PROCESSES, PY_PROCESSES, TASK_EXIT_CODE_OFFSET, TASK_MM_OFFSET, TASK_PID_OFFSET,
+        TASK_START_BOOTTIME_OFFSET, TASK_TGID_OFFSET,
+    },
     sample::{emit, header},
 };
 
@@ -24,7 +35,8 @@ const EXIT_GROUP_DEAD_OFFSET: usize = 32;
 /// BTF tracepoint `sched_process_fork(struct task_struct *parent, struct
 /// task_struct *child)` (include/trace/events/sched.h; the raw tracepoint
 /// arguments, not the `sched/sched_process_fork/format` record, which lacks
-/// the child's tgid). Fires in the parent (`kernel_clone` passes `current`).
+/// the child's tgid). Fires in the parent (`kernel_clone` passes `current`)
+/// after `copy_process`, before the child is woken.
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     match try_sched_process_fork(&ctx) {
@@ -32,12 +44,32 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     }
 }
 
-/// Reads a `pid_t` of `task` at `offset` (from BTF, set by userspace).
+/// Reads a `T` of kernel object `base` at `offset` (from BTF, set by
+/// userspace).
 #[inline(always)]
-fn task_pid_field(task: *const u8, offset: u64) -> Result<u32, ()> {
+fn kernel_field<T>(base: *const u8, offset: u64) -> Result<T, ()> {
     // SAFETY: bpf_probe_read_kernel checks the address.
-    unsafe { bpf_probe_read_kernel(task.wrapping_add(offset as usize).cast::<u32>()) }
+    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }
         .map_err(|_| ())
+}
+
+/// RSS of the address space `mm` per `rss_stat` member, in bytes: each
+/// member's `percpu_counter.count` (pages; the same approximate value
+/// `rss_stat` and `get_mm_counter()` report), negative values as 0.
+#[inline(always)]
+fn mm_rss_bytes(mm: *const u8) -> [u64; RSS_MEMBER_COUNT] {
+    let base = MM_RSS_STAT_OFFSET.load() + PERCPU_COUNTER_COUNT_OFFSET.load();
+    let stride = PERCPU_COUNTER_SIZE.load();
+    let pages = |member: usize| -> u64 {
+        kernel_field::<i64>(mm, base + stride * member as u64)
+            .map_or(0, |count| count.max(0) as u64)
+    };
+    let mut rss = [0; RSS_MEMBER_COUNT];
+    rss[MM_FILEPAGES] = pages(MM_FILEPAGES) * PAGE_SIZE_BYTES;
+    rss[MM_ANONPAGES] = pages(MM_ANONPAGES) * PAGE_SIZE_BYTES;
+    rss[MM_SWAPENTS] = pages(MM_SWAPENTS) * PAGE_SIZE_BYTES;
+    rss[MM_SHMEMPAGES] = pages(MM_SHMEMPAGES) * PAGE_SIZE_BYTES;
+    rss
 }
 
 fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Result<(), ()> {
@@ -45,40 +77,57 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Result<(), ()> {
         return Ok(());
     }
     let (parent_tgid, _) = current_ids();
-    // SAFETY: the value is copied out at once.
-    let Some(parent) = (unsafe { PROCESSES.get(parent_tgid) }).copied() else {
+    if traced(parent_tgid).is_none() {
         return Ok(());
-    };
+    }
     let child: *const u8 = ctx.arg(1);
-    let child_tgid = task_pid_field(child, TASK_TGID_OFFSET.load())?;
-    let child_pid = task_pid_field(child, TASK_PID_OFFSET.load())?;
+    let child_tgid: u32 = kernel_field(child, TASK_TGID_OFFSET.load())?;
+    let child_pid: u32 = kernel_field(child, TASK_PID_OFFSET.load())?;
     if child_pid != child_tgid {
         return Ok(()); // a new thread of a traced process, already covered
     }
+    let start_boottime_ns: u64 = kernel_field(child, TASK_START_BOOTTIME_OFFSET.load())?;
+    let mm: u64 = kernel_field(child, TASK_MM_OFFSET.load())?;
+    let rss_bytes = if mm == 0 {
+        [0; RSS_MEMBER_COUNT]
+    } else {
+        mm_rss_bytes(mm as *const u8)
+    };
     let counters = ProcessCounters {
-        rss_bytes: parent.rss_bytes,
-        rss_known: parent.rss_known,
+        rss_bytes,
+        rss_known: RSS_ALL_KNOWN,
+        rss_peak_bytes: rss_bytes[MM_FILEPAGES] + rss_bytes[MM_ANONPAGES] + rss_bytes[MM_SHMEMPAGES],
         parent_tgid,
         ..ProcessCounters::default()
     };
+    // BPF_ANY: an entry left by an earlier process with this tgid (whose
+    // exit was not seen) is replaced.
     PROCESSES
-        .insert(child_tgid, counters, BPF_NOEXIST.into())
+        .insert(child_tgid, counters, BPF_ANY.into())
         .map_err(|_| ())?;
     // SAFETY: the value is copied out at once.
-    if let Some(info) = unsafe { PY_PROCESSES.get(parent_tgid) }.copied() {
+    match unsafe { PY_PROCESSES.get(parent_tgid) }.copied() {
         // A full map only costs the child its Python stacks, not its counts.
-        let _ = PY_PROCESSES.insert(child_tgid, info, 0);
+        Some(info) => {
+            let _ = PY_PROCESSES.insert(child_tgid, info, BPF_ANY.into());
+        }
+        None => {
+            let _ = PY_PROCESSES.remove(child_tgid);
+        }
     }
     emit(ForkRecord {
         header: header(RecordKind::Fork, parent_tgid),
         child_tgid,
         _pad: 0,
+        child_start_boottime_ns: start_boottime_ns,
+        child_rss_bytes: rss_bytes,
     });
     Ok(())
 }
 
 /// Tracepoint `sched/sched_process_exec` (no field is read: after exec the
-/// current task is the process's only thread).
+/// current task is the process's only thread, and the new address space is
+/// installed).
 #[tracepoint]
 pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
     try_sched_process_exec();
@@ -87,21 +136,71 @@ pub fn sched_process_exec(_ctx: TracePointContext) -> u32 {
 
 fn try_sched_process_exec() {
     let (tgid, _) = current_ids();
-    let Some(counters) = PROCESSES.get_ptr_mut(tgid) else {
+    let Some(counters) = traced(tgid) else {
         return;
     };
-    // The new image has a new heap: learn its end again at the next brk.
-    // SAFETY: live map value of a traced process.
-    unsafe { swap(&raw mut (*counters).brk_end, 0) };
-    let _ = PY_PROCESSES.remove(tgid);
+    // SAFETY: live map value; only the exec'ing thread is left, so plain
+    // reads and writes do not race.
+    let old = unsafe { *counters };
     emit(ExecRecord {
         header: header(RecordKind::Exec, tgid),
+        counters: old,
+    });
+    // The new image starts from nothing: every page it makes resident is
+    // its growth. Its mm_id is adopted at its first rss_stat event.
+    // SAFETY: as above.
+    unsafe {
+        *counters = ProcessCounters {
+            rss_known: RSS_ALL_KNOWN,
+            parent_tgid: old.parent_tgid,
+            ..ProcessCounters::default()
+        };
+    }
+    let _ = PY_PROCESSES.remove(tgid);
+}
+
+/// Uprobe on CPython's `Py_FinalizeEx` and `Py_Exit` (attached by userspace
+/// to the executable or libpython of each Python process it finds): the
+/// interpreter is about to free its objects.
+#[uprobe]
+pub fn python_finalize(_ctx: ProbeContext) -> u32 {
+    exit_begins(ExitBeginReason::PythonFinalize);
+    0
+}
+
+/// Tracepoint `syscalls/sys_enter_exit_group` (no field is read).
+#[tracepoint]
+pub fn sys_enter_exit_group(_ctx: TracePointContext) -> u32 {
+    exit_begins(ExitBeginReason::ExitGroup);
+    0
+}
+
+/// Sends the current process's counters in an [`ExitBeginRecord`], once per
+/// image.
+#[inline(always)]
+fn exit_begins(reason: ExitBeginReason) {
+    let (tgid, _) = current_ids();
+    let Some(counters) = traced(tgid) else {
+        return;
+    };
+    // SAFETY: live map value of a traced process.
+    if unsafe { swap(&raw mut (*counters).exit_begun, 1) } != 0 {
+        return;
+    }
+    emit(ExitBeginRecord {
+        header: header(RecordKind::ExitBegin, tgid),
+        reason: reason as u32,
+        _pad: 0,
+        // SAFETY: as above (a racing update only changes a counter by a page).
+        counters: unsafe { *counters },
     });
 }
 
 /// Tracepoint `sched/sched_process_exit`, format
 /// (/sys/kernel/tracing/events/sched/sched_process_exit/format):
 /// `char comm[16]` @8, `pid_t pid` @24, `int prio` @28, `bool group_dead` @32.
+/// On 6.16+ it fires before `exit_mm()` (kernel/exit.c `do_exit`), after
+/// `tsk->exit_code` is set.
 #[tracepoint]
 pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     match try_sched_process_exit(&ctx) {
@@ -113,11 +212,23 @@ fn try_sched_process_exit(ctx: &TracePointContext) -> Result<(), ()> {
     // SAFETY: offset within the tracepoint record (format above).
     let group_dead: u8 = unsafe { ctx.read_at(EXIT_GROUP_DEAD_OFFSET) }.map_err(|_| ())?;
     let (tgid, _) = current_ids();
-    if group_dead == 0 || PROCESSES.get_ptr(tgid).is_none() {
+    if group_dead == 0 {
         return Ok(());
     }
+    let Some(counters) = traced(tgid) else {
+        return Ok(());
+    };
+    // SAFETY: helper without arguments; returns the current task_struct.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let exit_code: i32 = kernel_field(task, TASK_EXIT_CODE_OFFSET.load()).unwrap_or(0);
     emit(ExitRecord {
         header: header(RecordKind::Exit, tgid),
+        exit_code: exit_code as u32,
+        _pad: 0,
+        // SAFETY: live map value; the last thread is exiting.
+        counters: unsafe { *counters },
     });
+    let _ = PROCESSES.remove(tgid);
+    let _ = PY_PROCESSES.remove(tgid);
     Ok(())
 }

@@ -2,7 +2,10 @@
 //! `mremap`, `brk` and `madvise` syscall tracepoints. `sys_enter_*` keeps
 //! the arguments per thread in `PENDING_SYSCALLS`; `sys_exit_*` pairs them
 //! with the result and, for a successful call, updates the process's
-//! counters and samples a `MemoryRecord`.
+//! counters and samples a `MemoryRecord`. Every successful call that gives
+//! memory back or moves it (munmap, madvise free, brk shrink, mremap,
+//! `MAP_FIXED` mmap) also sends an exact `AddressRecord`, unsampled, so
+//! userspace can release the pages the paths hold.
 //!
 //! Formats (/sys/kernel/tracing/events/syscalls/sys_{enter,exit}_*/format on
 //! 6.18): every `sys_enter_*` has its arguments as 8-byte fields from offset
@@ -11,12 +14,14 @@
 //! len_in, behavior); every `sys_exit_*` has `long ret` at offset 16.
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-use memtrace_common::{MemoryEvent, ProcessCounters, PAGE_SIZE_BYTES};
+use memtrace_common::{
+    AddressOp, AddressRecord, MemoryEvent, ProcessCounters, RecordKind, PAGE_SIZE_BYTES,
+};
 
 use crate::{
     counters::{add, current_ids, swap, traced},
     maps::{PendingSyscall, PENDING_SYSCALLS},
-    sample::{count_and_emit, MemoryEventArgs},
+    sample::{count_and_emit, emit, header, MemoryEventArgs},
 };
 
 /// Offset of the first argument in a `sys_enter_*` record.
@@ -29,6 +34,13 @@ const MAX_ERRNO: u64 = 4095;
 const MADV_DONTNEED: u64 = 4;
 /// See [`MADV_DONTNEED`].
 const MADV_FREE: u64 = 8;
+/// See [`MADV_DONTNEED`].
+const MADV_REMOVE: u64 = 9;
+/// See [`MADV_DONTNEED`].
+const MADV_DONTNEED_LOCKED: u64 = 24;
+/// `mmap` flag: replace whatever is mapped at `addr`
+/// (include/uapi/asm-generic/mman-common.h).
+const MAP_FIXED: u64 = 0x10;
 
 /// Which syscall a pending entry belongs to (stored as `u32`).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -191,15 +203,46 @@ unsafe fn on_mmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut ProcessCo
     if failed(ret) {
         return;
     }
+    let len_bytes = page_align(args[1]);
+    // SAFETY: see the function's contract.
+    let rss_bytes = unsafe { (*counters).rss_total_bytes() };
+    if args[3] & MAP_FIXED != 0 {
+        emit_address(tgid, AddressOp::MmapFixed, ret, len_bytes, (0, 0), rss_bytes);
+    }
     let event = MemoryEventArgs {
         event: MemoryEvent::Mmap,
         addr: ret,
-        len_bytes: page_align(args[1]),
+        len_bytes,
         native_ip: 0,
         flags: (args[3] & 0xffff_ffff) | (args[2] << 32),
+        rss_bytes,
     };
     // SAFETY: see the function's contract.
     unsafe { count_and_emit(tgid, &raw mut (*counters).mmap_bytes, &event) };
+}
+
+/// Sends the exact [`AddressRecord`] of a successful call of process `tgid`;
+/// `moved_to` is the `(new_addr, new_len_bytes)` of an mremap, else
+/// `(0, 0)`.
+#[inline(always)]
+fn emit_address(
+    tgid: u32,
+    op: AddressOp,
+    addr: u64,
+    len_bytes: u64,
+    moved_to: (u64, u64),
+    rss_bytes: u64,
+) {
+    emit(AddressRecord {
+        header: header(RecordKind::Address, tgid),
+        op: op as u32,
+        _pad: 0,
+        addr,
+        len_bytes,
+        new_addr: moved_to.0,
+        new_len_bytes: moved_to.1,
+        rss_bytes,
+    });
 }
 
 /// `munmap(addr, len)` returned 0 on success.
@@ -211,12 +254,17 @@ unsafe fn on_munmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Process
     if ret != 0 {
         return;
     }
+    let len_bytes = page_align(args[1]);
+    // SAFETY: see the function's contract.
+    let rss_bytes = unsafe { (*counters).rss_total_bytes() };
+    emit_address(tgid, AddressOp::Munmap, args[0], len_bytes, (0, 0), rss_bytes);
     let event = MemoryEventArgs {
         event: MemoryEvent::Munmap,
         addr: args[0],
-        len_bytes: page_align(args[1]),
+        len_bytes,
         native_ip: 0,
         flags: 0,
+        rss_bytes,
     };
     // SAFETY: see the function's contract.
     unsafe { count_and_emit(tgid, &raw mut (*counters).munmap_bytes, &event) };
@@ -232,6 +280,16 @@ unsafe fn on_mremap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Process
         return;
     }
     let (old_len, new_len) = (page_align(args[1]), page_align(args[2]));
+    // SAFETY: see the function's contract.
+    let rss_bytes = unsafe { (*counters).rss_total_bytes() };
+    emit_address(
+        tgid,
+        AddressOp::Mremap,
+        args[0],
+        old_len,
+        (ret, new_len),
+        rss_bytes,
+    );
     let (event, addr, len_bytes, field) = if new_len > old_len {
         let field = unsafe { &raw mut (*counters).mremap_grow_bytes };
         (MemoryEvent::MremapGrow, ret, new_len - old_len, field)
@@ -252,6 +310,7 @@ unsafe fn on_mremap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Process
         len_bytes,
         native_ip: 0,
         flags: args[3],
+        rss_bytes,
     };
     // SAFETY: see the function's contract.
     unsafe { count_and_emit(tgid, field, &event) };
@@ -269,12 +328,16 @@ unsafe fn on_brk(tgid: u32, _args: &[u64; 4], ret: u64, counters: *mut ProcessCo
     if old_end == 0 || old_end == ret {
         return;
     }
+    // SAFETY: see the function's contract.
+    let rss_bytes = unsafe { (*counters).rss_total_bytes() };
     let (event, addr, len_bytes, field) = if ret > old_end {
         let field = unsafe { &raw mut (*counters).brk_grow_bytes };
         (MemoryEvent::BrkGrow, old_end, ret - old_end, field)
     } else {
         let field = unsafe { &raw mut (*counters).brk_shrink_bytes };
-        (MemoryEvent::BrkShrink, ret, old_end - ret, field)
+        let shrink_bytes = old_end - ret;
+        emit_address(tgid, AddressOp::BrkShrink, ret, shrink_bytes, (0, 0), rss_bytes);
+        (MemoryEvent::BrkShrink, ret, shrink_bytes, field)
     };
     let event = MemoryEventArgs {
         event,
@@ -282,9 +345,19 @@ unsafe fn on_brk(tgid: u32, _args: &[u64; 4], ret: u64, counters: *mut ProcessCo
         len_bytes,
         native_ip: 0,
         flags: 0,
+        rss_bytes,
     };
     // SAFETY: see the function's contract.
     unsafe { count_and_emit(tgid, field, &event) };
+}
+
+/// Whether `madvise` `advice` gives the range's memory back.
+#[inline(always)]
+fn frees_memory(advice: u64) -> bool {
+    matches!(
+        advice,
+        MADV_DONTNEED | MADV_FREE | MADV_REMOVE | MADV_DONTNEED_LOCKED
+    )
 }
 
 /// `madvise(start, len, advice)` returned 0 on success; only advice that
@@ -295,15 +368,20 @@ unsafe fn on_brk(tgid: u32, _args: &[u64; 4], ret: u64, counters: *mut ProcessCo
 #[inline(always)]
 unsafe fn on_madvise(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut ProcessCounters) {
     let advice = args[2] & 0xffff_ffff;
-    if ret != 0 || (advice != MADV_DONTNEED && advice != MADV_FREE) {
+    if ret != 0 || !frees_memory(advice) {
         return;
     }
+    let len_bytes = page_align(args[1]);
+    // SAFETY: see the function's contract.
+    let rss_bytes = unsafe { (*counters).rss_total_bytes() };
+    emit_address(tgid, AddressOp::MadviseFree, args[0], len_bytes, (0, 0), rss_bytes);
     let event = MemoryEventArgs {
         event: MemoryEvent::MadviseFree,
         addr: args[0],
-        len_bytes: page_align(args[1]),
+        len_bytes,
         native_ip: 0,
         flags: advice,
+        rss_bytes,
     };
     // SAFETY: see the function's contract.
     unsafe { count_and_emit(tgid, &raw mut (*counters).madvise_free_bytes, &event) };

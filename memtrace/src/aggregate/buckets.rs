@@ -20,18 +20,26 @@ pub struct PathPoint {
     /// Bucket start, in nanoseconds since the run start (a multiple of
     /// [`crate::aggregate::Report::path_bucket_ns`]).
     pub t_ns: u64,
-    /// Sampled resident anonymous growth in the bucket.
+    /// Sampled resident growth in the bucket (anonymous, file-backed and
+    /// shared: [`SampledBytes::grown_bytes`]).
     pub growth_bytes: u64,
     /// Sampled copy-on-write un-sharing in the bucket.
     pub cow_bytes: u64,
     /// Sampled address space removed or given back in the bucket.
     pub unmapped_bytes: u64,
+    /// Change of the bytes the path holds in the bucket (negative when it
+    /// gave memory back): the running sum is what it held then.
+    #[serde(default)]
+    pub held_bytes: i64,
 }
 
 impl PathPoint {
     /// Whether the point carries no bytes (such points are not stored).
     fn is_empty(&self) -> bool {
-        self.growth_bytes == 0 && self.cow_bytes == 0 && self.unmapped_bytes == 0
+        self.growth_bytes == 0
+            && self.cow_bytes == 0
+            && self.unmapped_bytes == 0
+            && self.held_bytes == 0
     }
 
     /// Sums `other`'s bytes into this point.
@@ -39,6 +47,7 @@ impl PathPoint {
         self.growth_bytes = self.growth_bytes.saturating_add(other.growth_bytes);
         self.cow_bytes = self.cow_bytes.saturating_add(other.cow_bytes);
         self.unmapped_bytes = self.unmapped_bytes.saturating_add(other.unmapped_bytes);
+        self.held_bytes = self.held_bytes.saturating_add(other.held_bytes);
     }
 }
 
@@ -95,14 +104,15 @@ pub(crate) struct PathTimeline {
 }
 
 impl PathTimeline {
-    /// Adds `bytes` (growth, copy-on-write and unmapped bytes; the rest is
-    /// not kept over time) at `t_ns` into its bucket of `width`.
+    /// Adds `bytes` (growth, copy-on-write, unmapped and held bytes; the
+    /// rest is not kept over time) at `t_ns` into its bucket of `width`.
     pub(crate) fn add(&mut self, width: BucketWidth, t_ns: u64, bytes: &SampledBytes) {
         let point = PathPoint {
             t_ns: width.bucket_start(t_ns),
-            growth_bytes: bytes.growth_bytes,
+            growth_bytes: bytes.grown_bytes(),
             cow_bytes: bytes.cow_bytes,
             unmapped_bytes: bytes.unmapped_bytes,
+            held_bytes: bytes.held_bytes,
         };
         if point.is_empty() {
             return;
@@ -173,6 +183,7 @@ mod tests {
                 growth_bytes: 1,
                 cow_bytes: 4096,
                 unmapped_bytes: 7,
+                held_bytes: 0,
             },
             PathPoint {
                 t_ns: 2 * S,

@@ -1,10 +1,14 @@
-//! Synthetic inputs and reports shared by the tests of the aggregation and
-//! report steps: frame, sample and counter builders, and two small runs (a
-//! pre-fork service and a growing worker).
+//! Synthetic inputs and reports shared by the tests of the aggregation,
+//! diagnosis and report steps: frame, process-start, sample and counter
+//! builders, and two small runs (a pre-fork service and a growing worker).
 
 use memtrace_common::{MemoryEvent, ProcessCounters, MM_ANONPAGES, MM_FILEPAGES};
 
-use super::{Aggregator, Frame, MemorySample, ProcessStart, PythonStatus, Report, Role, RunMeta};
+use super::{
+    Aggregator, Frame, ProcessId, ProcessStart, PythonStatus, Report, Role, RunMeta,
+    SampledBytes, StackId,
+};
+use crate::diagnose::{self, Diagnosed};
 
 /// One mebibyte, in bytes.
 pub(crate) const MIB: u64 = 1024 * 1024;
@@ -25,14 +29,17 @@ pub(crate) fn native(symbol: &str) -> Frame {
     }
 }
 
-/// A start of `tgid` with command line `proc <tgid>`.
-pub(crate) fn start(tgid: u32, parent_tgid: Option<u32>, role: Role, ts_ns: u64) -> ProcessStart {
+/// A start of `tgid` with command line `proc <tgid>`, started at boot time
+/// `tgid` ms, with no RSS known yet.
+pub(crate) fn start(tgid: u32, parent: Option<ProcessId>, role: Role, ts_ns: u64) -> ProcessStart {
     ProcessStart {
         tgid,
-        parent_tgid,
+        start_time_ns: u64::from(tgid) * 1_000_000,
+        parent,
         role,
         cmdline: format!("proc {tgid}"),
         ts_ns,
+        counters: ProcessCounters::default(),
     }
 }
 
@@ -47,20 +54,35 @@ pub(crate) fn rss(anon_bytes: u64, file_bytes: u64) -> ProcessCounters {
     c
 }
 
-/// A sample of `weight_bytes` with `stack`, at 50 ns.
+/// One sample of `weight_bytes` with `stack` in image `id` at 50 ns: its
+/// sampled bytes and, for growth, the same bytes held (as if never
+/// released). Returns the stack's id.
 pub(crate) fn sample(
-    tgid: u32,
+    agg: &mut Aggregator,
+    id: ProcessId,
     event: MemoryEvent,
     weight_bytes: u64,
     stack: &[Frame],
-) -> MemorySample {
-    MemorySample {
-        tgid,
-        ts_ns: 50,
-        event,
-        weight_bytes,
-        stack: stack.to_vec(),
+) -> StackId {
+    sample_at(agg, id, 50, event, weight_bytes, stack)
+}
+
+/// [`sample`] at `ts_ns`.
+pub(crate) fn sample_at(
+    agg: &mut Aggregator,
+    id: ProcessId,
+    ts_ns: u64,
+    event: MemoryEvent,
+    weight_bytes: u64,
+    stack: &[Frame],
+) -> StackId {
+    let stack = agg.intern(stack.to_vec());
+    let mut bytes = SampledBytes::from_event(event, weight_bytes);
+    if bytes.grown_bytes() > 0 {
+        bytes.held_bytes = i64::try_from(weight_bytes).unwrap_or(i64::MAX);
     }
+    agg.path_delta(id, ts_ns, stack, bytes);
+    stack
 }
 
 /// Run facts with only the command set.
@@ -91,35 +113,34 @@ pub(crate) fn parse_stack(parse_file: &str) -> Vec<Frame> {
     ]
 }
 
-/// A pre-fork service before [`Aggregator::finish`]: a master (100) and
-/// three workers (101..=103). The same leak ([`leak_stack`]) grows 10 MiB in
-/// each worker (fed out of tgid order); a transient `parse`
-/// ([`parse_stack`] in `app/io.py`) grows 16 MiB in worker 101 only, so it
-/// outranks the leak per process but not merged (30 MiB). 46 MiB of sampled
-/// growth in all.
+/// A pre-fork service before [`Aggregator::finish`]: a master (tgid 100,
+/// id 0) and three workers (tgid 101..=103, ids 1..=3). The same leak
+/// ([`leak_stack`]) grows and holds 10 MiB in each worker (fed out of tgid
+/// order); a `parse` path ([`parse_stack`] in `app/io.py`) grows and holds
+/// 16 MiB in worker 101 only, so it outranks the leak per process but not
+/// merged (30 MiB). 46 MiB of sampled growth in all; every path's bytes
+/// held at the high-water mark are its bytes held.
 pub(crate) fn prefork_aggregator() -> Aggregator {
     let mut agg = Aggregator::new(1_000);
-    for (tgid, parent_tgid, role) in [
-        (100, None, Role::Root),
-        (101, Some(100), Role::Worker),
-        (102, Some(100), Role::Worker),
-        (103, Some(100), Role::Worker),
-    ] {
-        agg.process_started(ProcessStart {
+    let master = agg.process_started(ProcessStart {
+        cmdline: "gunicorn app:wsgi".to_owned(),
+        ..start(100, None, Role::Root, 1_000)
+    });
+    let mut workers = Vec::new();
+    for tgid in [101, 102, 103] {
+        workers.push(agg.process_started(ProcessStart {
             cmdline: "gunicorn app:wsgi".to_owned(),
-            ..start(tgid, parent_tgid, role, 1_000)
-        });
+            ..start(tgid, Some(master), Role::Worker, 1_000)
+        }));
     }
-    for tgid in [103, 101, 102] {
-        agg.memory(sample(
-            tgid,
-            MemoryEvent::AnonGrowth,
-            10 * MIB,
-            &leak_stack(),
-        ));
+    for index in [2, 0, 1] {
+        let id = workers[index];
+        let leak = sample(&mut agg, id, MemoryEvent::AnonGrowth, 10 * MIB, &leak_stack());
+        agg.peak_held(id, leak, 10 * MIB);
     }
     let parse = parse_stack("app/io.py");
-    agg.memory(sample(101, MemoryEvent::AnonGrowth, 16 * MIB, &parse));
+    let stack = sample(&mut agg, workers[0], MemoryEvent::AnonGrowth, 16 * MIB, &parse);
+    agg.peak_held(workers[0], stack, 16 * MIB);
     agg
 }
 
@@ -136,32 +157,41 @@ pub(crate) fn prefork_report() -> Report {
     )
 }
 
-/// A master (100) that stays flat and a worker (101) that grows 48 MiB,
-/// 3/4 of it in [`leak_stack`], the rest in [`parse_stack`] (in a file whose
-/// name holds a `;`), with one copy-on-write path; 2 records dropped.
+/// [`prefork_report`], diagnosed.
+pub(crate) fn prefork_diagnosed() -> Diagnosed {
+    diagnose::diagnose(prefork_report())
+}
+
+/// A master (tgid 100, id 0) that stays flat and a worker (tgid 101, id 1)
+/// that grows 48 MiB, 3/4 of it in [`leak_stack`], the rest in
+/// [`parse_stack`] (in a file whose name holds a `;`), with one
+/// copy-on-write path; 2 records dropped. Every path's bytes held at the
+/// high-water mark are its bytes held.
 pub(crate) fn server_report() -> Report {
     let mut agg = Aggregator::new(1_000);
-    agg.process_started(ProcessStart {
+    let master = agg.process_started(ProcessStart {
         cmdline: "python3 server.py".to_owned(),
         ..start(100, None, Role::Root, 1_000)
     });
-    agg.process_started(ProcessStart {
+    let worker = agg.process_started(ProcessStart {
         cmdline: "python3 server.py".to_owned(),
-        ..start(101, Some(100), Role::Worker, 1_200)
+        ..start(101, Some(master), Role::Worker, 1_200)
     });
-    for tgid in [100, 101] {
+    for id in [master, worker] {
         let version = "3.12.1".to_owned();
-        agg.python_status(tgid, PythonStatus::Python { version });
+        agg.python_status(id, PythonStatus::Python { version });
     }
-    agg.counters(100, 2_000, &rss(20 * MIB, 0));
-    agg.counters(101, 2_000, &rss(20 * MIB, 0));
+    agg.counters(master, 2_000, &rss(20 * MIB, 0), None);
+    agg.counters(worker, 2_000, &rss(20 * MIB, 0), None);
     let cache = leak_stack();
-    agg.memory(sample(101, MemoryEvent::AnonGrowth, 36 * MIB, &cache));
+    let leak = sample(&mut agg, worker, MemoryEvent::AnonGrowth, 36 * MIB, &cache);
+    agg.peak_held(worker, leak, 36 * MIB);
     let parse = parse_stack("app/io;v2.py");
-    agg.memory(sample(101, MemoryEvent::AnonGrowth, 12 * MIB, &parse));
-    agg.memory(sample(101, MemoryEvent::CowFault, 4096, &cache));
-    agg.counters(100, 3_000, &rss(20 * MIB, 0));
-    agg.counters(101, 3_000, &rss(68 * MIB, 0));
+    let parse = sample(&mut agg, worker, MemoryEvent::AnonGrowth, 12 * MIB, &parse);
+    agg.peak_held(worker, parse, 12 * MIB);
+    sample(&mut agg, worker, MemoryEvent::CowFault, 4096, &cache);
+    agg.counters(master, 3_000, &rss(20 * MIB, 0), None);
+    agg.counters(worker, 3_000, &rss(68 * MIB, 0), None);
     agg.finish(
         5_000,
         RunMeta {
@@ -173,4 +203,9 @@ pub(crate) fn server_report() -> Report {
             sample_interval_bytes: 512 * 1024,
         },
     )
+}
+
+/// [`server_report`], diagnosed.
+pub(crate) fn server_diagnosed() -> Diagnosed {
+    diagnose::diagnose(server_report())
 }

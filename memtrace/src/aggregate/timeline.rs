@@ -30,6 +30,13 @@ pub struct RssPoint {
     /// far (cumulative). Absent in reports written before it existed (0).
     #[serde(default)]
     pub syscalls: u64,
+    /// Latest proportional set size read from /proc/PID/smaps_rollup at or
+    /// before this point; absent when none was read yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pss_bytes: Option<u64>,
+    /// Latest unique set size (private pages) read with `pss_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uss_bytes: Option<u64>,
 }
 
 impl RssPoint {
@@ -60,6 +67,8 @@ impl RssPoint {
             shmem_bytes,
             page_faults: counters.page_faults,
             syscalls: counters.syscalls,
+            pss_bytes: None,
+            uss_bytes: None,
         })
     }
 }
@@ -76,7 +85,8 @@ fn higher(kept: RssPoint, new: RssPoint) -> RssPoint {
 /// Online downsampler: every stored point stands for `stride` consecutive
 /// readings and is the one with the highest RSS among them, so the peak
 /// survives. When the store fills up, neighbours are merged pairwise and the
-/// stride doubles; at most [`MAX_TIMELINE_POINTS`] points are kept.
+/// stride doubles; at most [`MAX_TIMELINE_POINTS`] points are kept, plus the
+/// last reading (the process's end, which the report quotes).
 #[derive(Clone, Debug)]
 pub(crate) struct Timeline {
     /// Finished buckets, oldest first.
@@ -87,6 +97,8 @@ pub(crate) struct Timeline {
     pending_readings: u64,
     /// Readings per bucket (a power of two).
     stride: u64,
+    /// The latest reading.
+    last: Option<RssPoint>,
 }
 
 impl Default for Timeline {
@@ -96,6 +108,7 @@ impl Default for Timeline {
             pending: None,
             pending_readings: 0,
             stride: 1,
+            last: None,
         }
     }
 }
@@ -103,6 +116,7 @@ impl Default for Timeline {
 impl Timeline {
     /// Adds one reading.
     pub(crate) fn push(&mut self, point: RssPoint) {
+        self.last = Some(point);
         let bucket = self.pending.map_or(point, |kept| higher(kept, point));
         self.pending_readings += 1;
         if self.pending_readings < self.stride {
@@ -127,9 +141,15 @@ impl Timeline {
         self.stride = self.stride.saturating_mul(2);
     }
 
-    /// The stored points, oldest first, including the partly filled bucket.
+    /// The stored points, oldest first, including the partly filled bucket
+    /// and, after it, the latest reading when its bucket kept a higher one.
     pub(crate) fn into_points(mut self) -> Vec<RssPoint> {
         self.points.extend(self.pending);
+        if let Some(last) = self.last {
+            if self.points.last().is_some_and(|kept| kept.t_ns < last.t_ns) {
+                self.points.push(last);
+            }
+        }
         self.points
     }
 }
@@ -187,5 +207,17 @@ mod tests {
         assert!(points.len() > MAX_TIMELINE_POINTS / 4, "{}", points.len());
         assert!(points.contains(&point(4_321, 9_999)));
         assert!(points.windows(2).all(|w| w[0].t_ns < w[1].t_ns));
+        assert_eq!(points.last(), Some(&point(readings - 1, 100)));
+    }
+
+    #[test]
+    fn the_last_reading_ends_the_timeline_even_below_its_bucket_peak() {
+        let mut timeline = Timeline::default();
+        for i in 0..(MAX_TIMELINE_POINTS as u64 + 3) {
+            timeline.push(point(i, 500));
+        }
+        timeline.push(point(10_000, 7));
+        let points = timeline.into_points();
+        assert_eq!(points.last(), Some(&point(10_000, 7)));
     }
 }

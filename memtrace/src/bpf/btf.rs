@@ -11,9 +11,11 @@ use super::BpfError;
 /// Where the running kernel publishes its BTF.
 pub const VMLINUX_BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
-/// Byte offsets into `struct task_struct` of the running kernel.
+/// Byte offsets into the running kernel's structs that the BPF programs
+/// read (`task_struct` of the current task or a fork's child, its
+/// `mm_struct` and the `percpu_counter`s of its RSS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TaskOffsets {
+pub struct KernelOffsets {
     /// `offsetof(struct task_struct, thread.fsbase)`: the user thread
     /// pointer (x86-64), from which the Python stack walk finds the thread's
     /// TLS (3128 on the 6.18 kernel this was written on).
@@ -22,31 +24,59 @@ pub struct TaskOffsets {
     pub tgid: u64,
     /// `offsetof(struct task_struct, pid)`.
     pub pid: u64,
+    /// `offsetof(struct task_struct, exit_code)` (`int`, wait(2) encoding).
+    pub exit_code: u64,
+    /// `offsetof(struct task_struct, start_boottime)` (`u64`, ns).
+    pub start_boottime: u64,
+    /// `offsetof(struct task_struct, mm)`.
+    pub mm: u64,
+    /// `offsetof(struct mm_struct, rss_stat)`: `struct percpu_counter
+    /// rss_stat[NR_MM_COUNTERS]` (Linux 6.2+; inside an anonymous struct).
+    pub mm_rss_stat: u64,
+    /// `sizeof(struct percpu_counter)`.
+    pub percpu_counter_size: u64,
+    /// `offsetof(struct percpu_counter, count)` (`s64`).
+    pub percpu_counter_count: u64,
 }
 
-/// Reads [`TaskOffsets`] from the BTF file at `path`.
+/// Reads [`KernelOffsets`] from the BTF file at `path`.
 ///
 /// # Errors
 /// [`BpfError::Btf`] when the file cannot be parsed, [`BpfError::BtfField`]
-/// when a struct or field is missing.
-pub fn task_offsets(path: &Path) -> Result<TaskOffsets, BpfError> {
+/// when a struct or field is missing (e.g. a kernel older than 6.2, whose
+/// `mm_struct` has no `percpu_counter` RSS).
+pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, BpfError> {
     let btf = Btf::from_file(path).map_err(|source| btf_error(path, &source))?;
     let task = find_struct(&btf, path, "task_struct")?;
-    let thread_bits = member_bit_offset(&btf, &task, "thread")
-        .ok_or_else(|| field_error("task_struct", "thread"))?;
     let thread =
         member_struct(&btf, &task, "thread").ok_or_else(|| field_error("task_struct", "thread"))?;
-    let fsbase_bits = member_bit_offset(&btf, &thread, "fsbase")
-        .ok_or_else(|| field_error("thread_struct", "fsbase"))?;
-    let tgid_bits =
-        member_bit_offset(&btf, &task, "tgid").ok_or_else(|| field_error("task_struct", "tgid"))?;
-    let pid_bits =
-        member_bit_offset(&btf, &task, "pid").ok_or_else(|| field_error("task_struct", "pid"))?;
-    Ok(TaskOffsets {
-        fsbase: u64::from(thread_bits + fsbase_bits) / 8,
-        tgid: u64::from(tgid_bits) / 8,
-        pid: u64::from(pid_bits) / 8,
+    let fsbase_bits = byte_offset(&btf, &task, "task_struct", "thread")?
+        + byte_offset(&btf, &thread, "thread_struct", "fsbase")?;
+    let mm = find_struct(&btf, path, "mm_struct")?;
+    let counter = find_struct(&btf, path, "percpu_counter")?;
+    Ok(KernelOffsets {
+        fsbase: fsbase_bits,
+        tgid: byte_offset(&btf, &task, "task_struct", "tgid")?,
+        pid: byte_offset(&btf, &task, "task_struct", "pid")?,
+        exit_code: byte_offset(&btf, &task, "task_struct", "exit_code")?,
+        start_boottime: byte_offset(&btf, &task, "task_struct", "start_boottime")?,
+        mm: byte_offset(&btf, &task, "task_struct", "mm")?,
+        mm_rss_stat: byte_offset(&btf, &mm, "mm_struct", "rss_stat")?,
+        percpu_counter_size: counter.size() as u64,
+        percpu_counter_count: byte_offset(&btf, &counter, "percpu_counter", "count")?,
     })
+}
+
+/// Byte offset of member `field` of struct `s` (named `type_name` in errors).
+fn byte_offset(
+    btf: &Btf,
+    s: &btf_rs::Struct,
+    type_name: &str,
+    field: &str,
+) -> Result<u64, BpfError> {
+    member_bit_offset(btf, s, field)
+        .map(|bits| u64::from(bits) / 8)
+        .ok_or_else(|| field_error(type_name, field))
 }
 
 fn btf_error(path: &Path, source: &dyn std::fmt::Display) -> BpfError {
@@ -139,7 +169,7 @@ mod tests {
             eprintln!("skipping: {VMLINUX_BTF_PATH} is absent");
             return;
         }
-        let offsets = task_offsets(path).expect("task_struct offsets");
+        let offsets = kernel_offsets(path).expect("kernel offsets");
         assert_ne!(offsets.tgid, offsets.pid);
         assert_eq!(
             offsets.tgid,
@@ -150,11 +180,15 @@ mod tests {
             offsets.fsbase > 1000 && offsets.fsbase < 20_000,
             "{offsets:?}"
         );
+        let fields = [offsets.exit_code, offsets.start_boottime, offsets.mm];
+        assert!(fields.iter().all(|&o| o > 0 && o < 20_000), "{offsets:?}");
+        assert!(offsets.mm_rss_stat > 0, "{offsets:?}");
+        assert!(offsets.percpu_counter_count < offsets.percpu_counter_size);
     }
 
     #[test]
     fn missing_file_is_a_btf_error() {
-        let err = task_offsets(Path::new("/nonexistent/btf")).unwrap_err();
+        let err = kernel_offsets(Path::new("/nonexistent/btf")).unwrap_err();
         assert!(matches!(err, BpfError::Btf { .. }), "{err}");
     }
 }

@@ -14,10 +14,11 @@ use std::{
 };
 
 use memtrace_common::{
-    ForkRecord, MemoryEvent, MemoryRecord, ProcessCounters, RecordHeader, RecordKind, MM_ANONPAGES,
+    ExitRecord, ForkRecord, MemoryEvent, MemoryRecord, ProcessCounters, MM_ANONPAGES,
 };
 
 use super::{Tracer, TracerOptions};
+use crate::events::Record;
 use crate::python::{probe, FrameResolver, Probe};
 
 /// Grows by 100 MiB (touched bytes) in `grow_memory` and by 10 MiB of
@@ -102,35 +103,21 @@ impl Interpreter {
 #[derive(Default)]
 struct Drained {
     forks: Vec<ForkRecord>,
-    exits: Vec<u32>,
+    exits: Vec<ExitRecord>,
     memory: Vec<MemoryRecord>,
+    addresses: usize,
+    exit_begins: usize,
 }
 
 fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, drained: &mut Drained) {
     while let Some(item) = ring.next() {
-        let bytes: &[u8] = &item;
-        assert!(bytes.len() >= size_of::<RecordHeader>());
-        // SAFETY: length checked; RecordHeader is plain integers.
-        let header: RecordHeader =
-            unsafe { bytes.as_ptr().cast::<RecordHeader>().read_unaligned() };
-        match RecordKind::try_from(header.kind) {
-            Ok(RecordKind::Fork) => {
-                assert_eq!(bytes.len(), size_of::<ForkRecord>());
-                // SAFETY: length checked; plain integers.
-                drained
-                    .forks
-                    .push(unsafe { bytes.as_ptr().cast::<ForkRecord>().read_unaligned() });
-            }
-            Ok(RecordKind::Exit) => drained.exits.push(header.tgid),
-            Ok(RecordKind::Memory) => {
-                assert_eq!(bytes.len(), size_of::<MemoryRecord>());
-                // SAFETY: length checked; plain integers.
-                drained
-                    .memory
-                    .push(unsafe { bytes.as_ptr().cast::<MemoryRecord>().read_unaligned() });
-            }
-            Ok(RecordKind::Exec) => {}
-            Err(kind) => panic!("unknown record kind {kind}"),
+        match crate::events::decode(&item).expect("every record decodes") {
+            Record::Fork(fork) => drained.forks.push(fork),
+            Record::Exit(exit) => drained.exits.push(exit),
+            Record::Memory(memory) => drained.memory.push(*memory),
+            Record::Address(_) => drained.addresses += 1,
+            Record::ExitBegin(_) => drained.exit_begins += 1,
+            Record::Exec(_) => {}
         }
     }
 }
@@ -198,14 +185,29 @@ fn trace_one(python: &PathBuf) {
     let parent = counters[&tgid];
     println!("parent counters: {parent:?}");
     assert_eq!(drained.forks.len(), 1, "one fork record");
-    let child_tgid = drained.forks[0].child_tgid;
-    let child = counters
-        .get(&child_tgid)
-        .copied()
-        .expect("child traced in the kernel");
-    println!("child {child_tgid} counters: {child:?}");
+    let fork = drained.forks[0];
+    let child_tgid = fork.child_tgid;
+    // The child inherits the parent's ~110 MiB of anonymous memory.
+    assert!(
+        fork.child_rss_bytes[MM_ANONPAGES] >= 100 * MIB,
+        "{:?}",
+        fork.child_rss_bytes
+    );
+    assert!(fork.child_start_boottime_ns > 0);
+    assert!(
+        !counters.contains_key(&child_tgid),
+        "the kernel side forgets an exited process"
+    );
+    let exit = drained
+        .exits
+        .iter()
+        .find(|e| e.header.tgid == child_tgid)
+        .expect("child exit record");
+    let child = exit.counters;
+    println!("child {child_tgid} counters at exit: {child:?}");
     assert_eq!(child.parent_tgid, tgid);
-    assert!(drained.exits.contains(&child_tgid), "child exit record");
+    assert_eq!(exit.exit_code, 0, "os._exit(0)");
+    assert_eq!(drained.exit_begins, 1, "the child's exit_group");
     assert!(
         parent.anon_growth_bytes >= 100 * MIB,
         "{}",
@@ -276,9 +278,12 @@ fn trace_one(python: &PathBuf) {
     );
     assert_eq!(tracer.dropped_records().expect("dropped"), 0);
 
+    assert!(drained.addresses > 0, "frees of the interpreter give memory back");
+
     interpreter.step();
     interpreter.child.wait().expect("python exits");
-    tracer.forget_process(tgid).expect("forget");
-    tracer.forget_process(child_tgid).expect("forget child");
-    assert!(tracer.counters().expect("counters").is_empty());
+    assert!(
+        tracer.counters().expect("counters").is_empty(),
+        "the kernel side forgets both processes at exit"
+    );
 }

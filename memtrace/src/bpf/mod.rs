@@ -9,18 +9,22 @@ mod btf;
 mod live_tests;
 mod preflight;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, TracePoint},
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeError, UProbeScope},
+        BtfTracePoint, ProgramError, TracePoint, UProbe,
+    },
     Btf, Ebpf, EbpfLoader,
 };
 use memtrace_common::{
     ProcessCounters, PyProcessInfo, DROPPED_MAP, PROCESSES_MAP, PY_PROCESSES_MAP, RECORDS_MAP,
 };
 
-pub use btf::{task_offsets, TaskOffsets, VMLINUX_BTF_PATH};
+pub use btf::{kernel_offsets, KernelOffsets, VMLINUX_BTF_PATH};
 pub use preflight::TRACEFS_PATH;
 
 /// The BPF object built by memtrace/build.rs (empty when the build ran with
@@ -41,14 +45,28 @@ pub mod globals {
     pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
     /// `u64`: `offsetof(task_struct, pid)`.
     pub const TASK_PID_OFFSET: &str = "TASK_PID_OFFSET";
+    /// `u64`: `offsetof(task_struct, exit_code)`.
+    pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
+    /// `u64`: `offsetof(task_struct, start_boottime)`.
+    pub const TASK_START_BOOTTIME_OFFSET: &str = "TASK_START_BOOTTIME_OFFSET";
+    /// `u64`: `offsetof(task_struct, mm)`.
+    pub const TASK_MM_OFFSET: &str = "TASK_MM_OFFSET";
+    /// `u64`: `offsetof(mm_struct, rss_stat)`.
+    pub const MM_RSS_STAT_OFFSET: &str = "MM_RSS_STAT_OFFSET";
+    /// `u64`: `sizeof(struct percpu_counter)`.
+    pub const PERCPU_COUNTER_SIZE: &str = "PERCPU_COUNTER_SIZE";
+    /// `u64`: `offsetof(percpu_counter, count)`.
+    pub const PERCPU_COUNTER_COUNT_OFFSET: &str = "PERCPU_COUNTER_COUNT_OFFSET";
 }
 
 /// The classic tracepoint programs: (program name, tracefs category,
 /// tracepoint name). Program names are the `memtrace-ebpf` functions.
-const TRACEPOINTS: [(&str, &str, &str); 14] = [
+const TRACEPOINTS: [(&str, &str, &str); 16] = [
     ("sched_process_exec", "sched", "sched_process_exec"),
     ("sched_process_exit", "sched", "sched_process_exit"),
+    ("sys_enter_exit_group", "syscalls", "sys_enter_exit_group"),
     ("page_fault_user", "exceptions", "page_fault_user"),
+    ("page_fault_kernel", "exceptions", "page_fault_kernel"),
     ("rss_stat", "kmem", "rss_stat"),
     ("sys_enter_mmap", "syscalls", "sys_enter_mmap"),
     ("sys_exit_mmap", "syscalls", "sys_exit_mmap"),
@@ -65,8 +83,15 @@ const TRACEPOINTS: [(&str, &str, &str); 14] = [
 /// The BTF tracepoint program (`tp_btf`) and the raw tracepoint it attaches to.
 const FORK_PROGRAM: &str = "sched_process_fork";
 
-/// `ENOENT`: the element to delete was not there.
-const ENOENT: i32 = 2;
+/// The uprobe program attached to CPython's finalization entry points.
+const PYTHON_FINALIZE_PROGRAM: &str = "python_finalize";
+
+/// CPython functions entered when the interpreter starts to finalize
+/// (Python/pylifecycle.c): `Py_FinalizeEx` (end of `Py_RunMain`, embedders)
+/// and `Py_Exit` (`sys.exit()` reaching the top; on 3.13+ it finalizes
+/// without calling `Py_FinalizeEx`). Both are exported in `.dynsym` of
+/// libpython and of Debian's static interpreter.
+pub const PYTHON_FINALIZE_SYMBOLS: [&str; 2] = ["Py_FinalizeEx", "Py_Exit"];
 
 /// Errors of loading, attaching and reading the BPF side.
 #[derive(Debug, thiserror::Error)]
@@ -205,6 +230,8 @@ pub struct ProgramSize {
 /// The loaded BPF side: owns the programs (detached when dropped) and maps.
 pub struct Tracer {
     ebpf: Ebpf,
+    /// Binaries whose CPython finalization entry points are probed.
+    finalize_attached: HashSet<PathBuf>,
 }
 
 impl Tracer {
@@ -221,7 +248,7 @@ impl Tracer {
         if EBPF_OBJECT.is_empty() {
             return Err(BpfError::ObjectMissing);
         }
-        let offsets = task_offsets(Path::new(VMLINUX_BTF_PATH))?;
+        let offsets = kernel_offsets(Path::new(VMLINUX_BTF_PATH))?;
         let sample_interval_bytes = opts.sample_interval_bytes.max(1);
         let follow_forks = u32::from(opts.follow_forks);
         let mut ebpf = EbpfLoader::new()
@@ -235,12 +262,33 @@ impl Tracer {
             .override_global(globals::TASK_FSBASE_OFFSET, &offsets.fsbase, true)
             .override_global(globals::TASK_TGID_OFFSET, &offsets.tgid, true)
             .override_global(globals::TASK_PID_OFFSET, &offsets.pid, true)
+            .override_global(globals::TASK_EXIT_CODE_OFFSET, &offsets.exit_code, true)
+            .override_global(
+                globals::TASK_START_BOOTTIME_OFFSET,
+                &offsets.start_boottime,
+                true,
+            )
+            .override_global(globals::TASK_MM_OFFSET, &offsets.mm, true)
+            .override_global(globals::MM_RSS_STAT_OFFSET, &offsets.mm_rss_stat, true)
+            .override_global(
+                globals::PERCPU_COUNTER_SIZE,
+                &offsets.percpu_counter_size,
+                true,
+            )
+            .override_global(
+                globals::PERCPU_COUNTER_COUNT_OFFSET,
+                &offsets.percpu_counter_count,
+                true,
+            )
             .load(EBPF_OBJECT)
             .map_err(|source| BpfError::Load {
                 source: Box::new(source),
             })?;
         load_programs(&mut ebpf)?;
-        Ok(Self { ebpf })
+        Ok(Self {
+            ebpf,
+            finalize_attached: HashSet::new(),
+        })
     }
 
     /// Attaches every program to its tracepoint.
@@ -258,6 +306,32 @@ impl Tracer {
         fork.attach()
             .map_err(|source| program_error(FORK_PROGRAM, "attach", source))?;
         Ok(())
+    }
+
+    /// Attaches the finalization uprobe to [`PYTHON_FINALIZE_SYMBOLS`] in
+    /// `binary` (a CPython executable or libpython), once per binary, for
+    /// every process that maps it (the program ignores untraced ones). A
+    /// symbol the binary lacks is skipped; `Ok(false)` when none was found.
+    ///
+    /// # Errors
+    /// [`BpfError::Program`] when attaching fails for another reason.
+    pub fn attach_python_finalize(&mut self, binary: &Path) -> Result<bool, BpfError> {
+        if self.finalize_attached.contains(binary) {
+            return Ok(true);
+        }
+        let program: &mut UProbe = program_mut(&mut self.ebpf, PYTHON_FINALIZE_PROGRAM)?;
+        let mut attached = false;
+        for symbol in PYTHON_FINALIZE_SYMBOLS {
+            match program.attach(UProbeAttachLocation::Symbol(symbol), binary, UProbeScope::AllProcesses) {
+                Ok(_) => attached = true,
+                Err(ProgramError::UProbeError(UProbeError::SymbolError { .. })) => {}
+                Err(source) => return Err(program_error(PYTHON_FINALIZE_PROGRAM, "attach", source)),
+            }
+        }
+        if attached {
+            self.finalize_attached.insert(binary.to_owned());
+        }
+        Ok(attached)
     }
 
     /// Sizes of the loaded programs as the kernel reports them.
@@ -305,8 +379,8 @@ impl Tracer {
             .map_err(|source| map_error(PY_PROCESSES_MAP, format!("insert tgid {tgid}"), source))
     }
 
-    /// The counters of every traced process (including exited ones not yet
-    /// forgotten), in map order.
+    /// The counters of every traced process, in map order (the kernel side
+    /// removes a process when it exits).
     ///
     /// # Errors
     /// [`BpfError::Map`].
@@ -317,22 +391,6 @@ impl Tracer {
             .map_err(|source| map_error(PROCESSES_MAP, "iterate".into(), source))
     }
 
-    /// The counters of one traced process, `None` if it is not in the map.
-    ///
-    /// # Errors
-    /// [`BpfError`] when the map cannot be opened or read.
-    pub fn counters_of(&self, tgid: u32) -> Result<Option<ProcessCounters>, BpfError> {
-        match self.processes()?.get(&tgid, 0) {
-            Ok(counters) => Ok(Some(counters)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(source) => Err(map_error(
-                PROCESSES_MAP,
-                format!("read tgid {tgid}"),
-                source,
-            )),
-        }
-    }
-
     /// The `PROCESSES` map, read-only.
     fn processes(&self) -> Result<HashMap<&MapData, u32, ProcessCounters>, BpfError> {
         let map = self
@@ -340,20 +398,6 @@ impl Tracer {
             .map(PROCESSES_MAP)
             .ok_or(BpfError::MapMissing { map: PROCESSES_MAP })?;
         HashMap::try_from(map).map_err(|source| map_error(PROCESSES_MAP, "open".into(), source))
-    }
-
-    /// Stops tracing `tgid`: removes it from `PROCESSES` and `PY_PROCESSES`
-    /// (absent entries are fine).
-    ///
-    /// # Errors
-    /// [`BpfError::Map`].
-    pub fn forget_process(&mut self, tgid: u32) -> Result<(), BpfError> {
-        let removed = self.processes_mut()?.remove(&tgid);
-        ignore_absent(removed, PROCESSES_MAP, tgid)?;
-        let map = map_mut(&mut self.ebpf, PY_PROCESSES_MAP)?;
-        let mut py: HashMap<&mut MapData, u32, PyProcessInfo> = HashMap::try_from(map)
-            .map_err(|source| map_error(PY_PROCESSES_MAP, "open".into(), source))?;
-        ignore_absent(py.remove(&tgid), PY_PROCESSES_MAP, tgid)
     }
 
     /// Records the kernel could not put in the ring buffer (it was full),
@@ -393,22 +437,6 @@ impl Tracer {
     }
 }
 
-/// The result of removing `tgid` from `map`, with "not there" as success.
-fn ignore_absent(
-    removed: Result<(), aya::maps::MapError>,
-    map: &'static str,
-    tgid: u32,
-) -> Result<(), BpfError> {
-    match removed {
-        Err(aya::maps::MapError::SyscallError(err))
-            if err.io_error.raw_os_error() == Some(ENOENT) =>
-        {
-            Ok(())
-        }
-        other => other.map_err(|source| map_error(map, format!("remove tgid {tgid}"), source)),
-    }
-}
-
 /// Loads (verifies) every program of the object.
 fn load_programs(ebpf: &mut Ebpf) -> Result<(), BpfError> {
     for (program, _, _) in TRACEPOINTS {
@@ -423,7 +451,11 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<(), BpfError> {
     })?;
     let fork: &mut BtfTracePoint = program_mut(ebpf, FORK_PROGRAM)?;
     fork.load(FORK_PROGRAM, &btf)
-        .map_err(|source| program_error(FORK_PROGRAM, "load", source))
+        .map_err(|source| program_error(FORK_PROGRAM, "load", source))?;
+    let finalize: &mut UProbe = program_mut(ebpf, PYTHON_FINALIZE_PROGRAM)?;
+    finalize
+        .load()
+        .map_err(|source| program_error(PYTHON_FINALIZE_PROGRAM, "load", source))
 }
 
 /// The program `name` as a `T`.
@@ -478,6 +510,7 @@ mod tests {
             );
         }
         assert!(object.iter().any(|name| name == FORK_PROGRAM));
+        assert!(object.iter().any(|name| name == PYTHON_FINALIZE_PROGRAM));
     }
 
     /// Function symbol names of an ELF object.

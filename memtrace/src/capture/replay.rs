@@ -1,18 +1,15 @@
 //! Capture replay: a read [`Capture`] is fed to an
 //! [`Aggregator`](crate::aggregate::Aggregator) through the same calls the
-//! live app makes, then diagnosed, so `memtrace report FILE` shows what the
-//! live run showed. A window of the capture can be replayed alone (for
+//! live run made, so `memtrace report FILE` shows what the live run showed. A window of the capture can be replayed alone (for
 //! `memtrace diff --from --to`).
 
 use std::collections::{HashMap, HashSet};
 
-use super::format::Line;
+use super::format::{ExecLine, Line, ProcessLine};
 use super::reader::Capture;
-use crate::aggregate::{Aggregator, Frame, Report, RunMeta, StackId};
-use crate::diagnose;
+use crate::aggregate::{Aggregator, Frame, ProcessId, ProcessStart, Report, RunMeta, StackId};
 
-/// The report of the whole capture, diagnosed ([`Report::diagnosis`]
-/// filled). A capture without an `end` line ends at its latest time, with
+/// The report of the whole capture (not yet diagnosed). A capture without an `end` line ends at its latest time, with
 /// the command and sampling interval of its header and unknown record
 /// counts (0).
 pub fn replay(capture: &Capture) -> Report {
@@ -20,12 +17,13 @@ pub fn replay(capture: &Capture) -> Report {
 }
 
 /// The report of the part of the capture from `from_ns` to `to_ns`
-/// (nanoseconds since the capture start; `None` for its start or end),
-/// diagnosed. Counter reads and sampled bytes count only inside the window;
+/// (nanoseconds since the capture start; `None` for its start or end), not
+/// yet diagnosed. Counter reads and sampled bytes count only inside the window;
 /// processes alive at some point of it are included (those that exited
 /// before it and those that started after it are not); times stay relative
-/// to the capture start. The run facts are the capture's, with the
-/// duration of the window.
+/// to the capture start; bytes held at high-water marks are left out (they
+/// belong to whole lives, not windows). The run facts are the capture's,
+/// with the duration of the window.
 pub fn replay_window(capture: &Capture, from_ns: Option<u64>, to_ns: Option<u64>) -> Report {
     let start_ns = capture.header.start_ns;
     let capture_end_ns = match capture.end() {
@@ -51,9 +49,7 @@ pub fn replay_window(capture: &Capture, from_ns: Option<u64>, to_ns: Option<u64>
             ..RunMeta::default()
         })
     };
-    let mut report = replay.aggregator.finish(window.to_ns, meta);
-    report.diagnosis = diagnose::diagnose(&report);
-    report
+    replay.aggregator.finish(window.to_ns, meta)
 }
 
 /// The replayed part of a capture, in CLOCK_MONOTONIC ns.
@@ -80,17 +76,17 @@ impl Window {
 }
 
 /// Replay state: the aggregator, the capture's stacks by id, and which
-/// processes are replayed.
+/// capture process ids are replayed as which of the aggregator's.
 struct Replay {
     aggregator: Aggregator,
     window: Window,
     stacks: HashMap<StackId, Vec<Frame>>,
-    /// Processes (tgid, start time) that exited before the window.
-    ended_before: HashSet<(u32, u64)>,
-    /// Processes whose lines are applied now.
-    replayed: HashSet<u32>,
-    /// Processes whose lines are skipped now (they ended before the window).
-    skipped: HashSet<u32>,
+    /// Capture stack id -> the aggregator's.
+    stack_ids: HashMap<StackId, StackId>,
+    /// Capture process ids whose process ended before the window.
+    ended_before: HashSet<ProcessId>,
+    /// Capture process id -> the aggregator's, for the replayed ones.
+    replayed: HashMap<ProcessId, ProcessId>,
 }
 
 impl Replay {
@@ -99,43 +95,46 @@ impl Replay {
             aggregator: Aggregator::new(capture.header.start_ns),
             window,
             stacks: HashMap::new(),
+            stack_ids: HashMap::new(),
             ended_before: if window.whole {
                 HashSet::new()
             } else {
                 ended_before(&capture.lines, window.from_ns)
             },
-            replayed: HashSet::new(),
-            skipped: HashSet::new(),
+            replayed: HashMap::new(),
         }
     }
 
-    /// Applies one line, as the live app did, if it counts in the window.
+    /// The aggregator's id of capture process `id`, if it is replayed.
+    fn id(&self, id: ProcessId) -> Option<ProcessId> {
+        self.replayed.get(&id).copied()
+    }
+
+    /// Applies one line, as the live run did, if it counts in the window.
     fn apply(&mut self, line: &Line) {
         match line {
-            Line::Process(p) if self.window.reached(p.ts_ns) => {
-                if self.ended_before.contains(&(p.tgid, p.ts_ns)) {
-                    self.replayed.remove(&p.tgid);
-                    self.skipped.insert(p.tgid);
-                    return;
+            Line::Process(p) => self.start(p),
+            Line::Exec(e) => self.exec(e),
+            Line::ExitBegan(e) => {
+                if let Some(id) = self.id(e.process).filter(|_| self.window.reached(e.ts_ns)) {
+                    self.aggregator.exit_began(id, e.ts_ns, e.by, &e.counters);
                 }
-                self.skipped.remove(&p.tgid);
-                self.replayed.insert(p.tgid);
-                self.aggregator.process_started(p.clone());
             }
-            Line::Exec(e) if self.applies(e.tgid, e.ts_ns) => {
-                self.aggregator
-                    .process_exec(e.tgid, e.ts_ns, e.cmdline.clone());
+            Line::Exit(e) => {
+                if let Some(id) = self.id(e.process).filter(|_| self.window.reached(e.ts_ns)) {
+                    self.aggregator
+                        .process_exited(id, e.ts_ns, e.status, e.counters.as_ref());
+                }
             }
-            Line::Exit(e) if self.applies(e.tgid, e.ts_ns) => {
-                self.aggregator.process_exited(e.tgid, e.ts_ns);
+            Line::Python(p) => {
+                if let Some(id) = self.id(p.process) {
+                    self.aggregator.python_status(id, p.status.clone());
+                }
             }
-            Line::Python(p) if self.replayed.contains(&p.tgid) || self.window.whole => {
-                self.aggregator.python_status(p.tgid, p.status.clone());
-            }
-            Line::Counters(c)
-                if self.window.contains(c.ts_ns) && !self.skipped.contains(&c.tgid) =>
-            {
-                self.aggregator.counters(c.tgid, c.ts_ns, &c.counters);
+            Line::Counters(c) => {
+                if let Some(id) = self.id(c.process).filter(|_| self.window.contains(c.ts_ns)) {
+                    self.aggregator.counters(id, c.ts_ns, &c.counters, c.sharing);
+                }
             }
             Line::Stacks(stacks) => {
                 self.stacks
@@ -143,45 +142,93 @@ impl Replay {
             }
             Line::Paths(paths) if self.window.contains(paths.ts_ns) => {
                 for delta in &paths.deltas {
-                    if !self.skipped.contains(&delta.0) {
-                        let frames = self.frames(delta.1);
-                        self.aggregator
-                            .path_delta(delta.0, paths.ts_ns, frames, delta.2);
+                    if let Some(id) = self.id(delta.0) {
+                        let stack = self.stack(delta.1);
+                        self.aggregator.path_delta(id, paths.ts_ns, stack, delta.2);
                     }
+                }
+            }
+            Line::Peaks(peaks) if self.window.whole => {
+                for peak in peaks {
+                    if let Some(id) = self.id(peak.0) {
+                        let stack = self.stack(peak.1);
+                        self.aggregator.peak_held(id, stack, peak.2);
+                    }
+                }
+            }
+            Line::Held(h) => {
+                if let Some(id) = self.id(h.process) {
+                    self.aggregator.held_state(id, h.state);
                 }
             }
             _ => {}
         }
     }
 
-    /// Whether a process event of `tgid` at `ts_ns` is replayed.
-    fn applies(&self, tgid: u32, ts_ns: u64) -> bool {
-        self.window.whole || (self.window.reached(ts_ns) && self.replayed.contains(&tgid))
+    /// A process line: replayed unless it ended before the window or starts
+    /// after it.
+    fn start(&mut self, line: &ProcessLine) {
+        let start = &line.start;
+        if self.ended_before.contains(&line.id) || !self.window.reached(start.ts_ns) {
+            return;
+        }
+        let parent = start.parent.and_then(|parent| self.id(parent));
+        let id = self.aggregator.process_started(ProcessStart {
+            parent,
+            ..start.clone()
+        });
+        self.replayed.insert(line.id, id);
     }
 
-    /// Frames of capture stack `id`; an unknown frame saying so when no
-    /// `stacks` line defined it.
-    fn frames(&self, id: StackId) -> Vec<Frame> {
-        self.stacks.get(&id).cloned().unwrap_or_else(|| {
+    /// An exec line: the new image is replayed when the old one was.
+    fn exec(&mut self, line: &ExecLine) {
+        let Some(id) = self.id(line.process).filter(|_| self.window.reached(line.ts_ns)) else {
+            return;
+        };
+        let image = self
+            .aggregator
+            .process_exec(id, line.ts_ns, &line.counters, line.cmdline.clone());
+        self.replayed.insert(line.image, image);
+    }
+
+    /// The aggregator's id of capture stack `id`, interning its frames (an
+    /// unknown frame saying so when no `stacks` line defined it).
+    fn stack(&mut self, id: StackId) -> StackId {
+        if let Some(&interned) = self.stack_ids.get(&id) {
+            return interned;
+        }
+        let frames = self.stacks.get(&id).cloned().unwrap_or_else(|| {
             vec![Frame::Unknown {
                 reason: format!("stack {} missing from the capture", id.0),
             }]
-        })
+        });
+        let interned = self.aggregator.intern(frames);
+        self.stack_ids.insert(id, interned);
+        interned
     }
 }
 
-/// Processes (tgid, start time) that started and exited before `from_ns`.
-fn ended_before(lines: &[Line], from_ns: u64) -> HashSet<(u32, u64)> {
-    let mut started: HashMap<u32, u64> = HashMap::new();
+/// Capture process ids (all images) of the processes that exited before
+/// `from_ns`.
+fn ended_before(lines: &[Line], from_ns: u64) -> HashSet<ProcessId> {
+    let mut image_of: HashMap<ProcessId, ProcessId> = HashMap::new();
+    let mut images: HashMap<ProcessId, Vec<ProcessId>> = HashMap::new();
     let mut ended = HashSet::new();
     for line in lines {
         match line {
             Line::Process(p) => {
-                started.insert(p.tgid, p.ts_ns);
+                image_of.insert(p.id, p.id);
+                images.insert(p.id, vec![p.id]);
+            }
+            Line::Exec(e) => {
+                if let Some(&first) = image_of.get(&e.process) {
+                    image_of.insert(e.image, first);
+                    images.entry(first).or_default().push(e.image);
+                }
             }
             Line::Exit(e) if e.ts_ns < from_ns => {
-                if let Some(start_ns) = started.remove(&e.tgid) {
-                    ended.insert((e.tgid, start_ns));
+                if let Some(first) = image_of.get(&e.process) {
+                    ended.extend(images.get(first).into_iter().flatten().copied());
                 }
             }
             _ => {}

@@ -1,8 +1,9 @@
-//! Capture writing, beside the aggregation step: the app feeds the writer
-//! the same calls it feeds the [`crate::aggregate::Aggregator`]; process
-//! lifecycle and counter reads are written as they come, sampled bytes are
-//! summed per (process, stack) and written at each flush (once a second) or
-//! when a new second of the run starts, new stacks first. Stacks are the
+//! Capture writing, beside the aggregation step: the recorder feeds the
+//! writer the same calls it feeds the [`crate::aggregate::Aggregator`];
+//! process lifecycle and counter reads are written as they come, sampled
+//! bytes are summed per (image, stack) and written at each flush (once a
+//! second), when a new second of the run starts, or before a line that ends
+//! an image, new stacks first. Stacks are the
 //! aggregator's: the writer gets the [`StackId`] the aggregator interned and
 //! reads the frames of stacks not written yet from the aggregator.
 //!
@@ -19,18 +20,20 @@ use std::path::{Path, PathBuf};
 use memtrace_common::ProcessCounters;
 
 use super::format::{
-    CountersLine, ExecLine, ExitLine, Header, Line, PathDelta, PathsLine, PythonLine,
+    CountersLine, ExecLine, ExitBeganLine, ExitLine, Header, HeldLine, Line, PathDelta, PathsLine,
+    PeakHeld, ProcessLine, PythonLine,
 };
 use super::CaptureError;
 use crate::aggregate::{
-    Aggregator, ProcessStart, PythonStatus, RunMeta, SampledBytes, StackId, INITIAL_PATH_BUCKET_NS,
+    Aggregator, ExitBegin, ExitStatus, HeldState, ProcessId, ProcessStart, PythonStatus, RunMeta,
+    SampledBytes, Sharing, StackId, INITIAL_PATH_BUCKET_NS,
 };
 
 /// Sampled bytes not yet written: all from one second of the run.
 #[derive(Debug, Default)]
 struct PendingPaths {
-    /// Per (stack, tgid): stack first so lines list stacks in id order.
-    deltas: BTreeMap<(StackId, u32), SampledBytes>,
+    /// Per (stack, image): stack first so lines list stacks in id order.
+    deltas: BTreeMap<(StackId, ProcessId), SampledBytes>,
     /// The second of the run (since `start_ns`) they belong to.
     second: u64,
     /// Time of the earliest of them.
@@ -99,47 +102,88 @@ impl<W: Write> CaptureWriter<W> {
         }
     }
 
-    /// See [`crate::aggregate::Aggregator::process_started`].
-    pub fn process_started(&mut self, p: &ProcessStart) {
-        self.write_line(&Line::Process(p.clone()));
-    }
-
-    /// See [`crate::aggregate::Aggregator::process_exec`].
-    pub fn process_exec(&mut self, tgid: u32, ts_ns: u64, cmdline: &str) {
-        self.write_line(&Line::Exec(ExecLine {
-            tgid,
-            ts_ns,
-            cmdline: cmdline.to_owned(),
+    /// See [`crate::aggregate::Aggregator::process_started`] (which gave
+    /// `id`).
+    pub fn process_started(&mut self, id: ProcessId, start: &ProcessStart) {
+        self.write_line(&Line::Process(ProcessLine {
+            id,
+            start: start.clone(),
         }));
     }
 
-    /// See [`crate::aggregate::Aggregator::process_exited`].
-    pub fn process_exited(&mut self, tgid: u32, ts_ns: u64) {
-        self.write_line(&Line::Exit(ExitLine { tgid, ts_ns }));
+    /// See [`crate::aggregate::Aggregator::process_exec`] (which gave
+    /// `image`); pending sampled bytes are written first.
+    pub fn process_exec(&mut self, line: ExecLine, stacks: &Aggregator) {
+        self.write_pending_paths(stacks);
+        self.write_line(&Line::Exec(line));
     }
 
-    /// See [`crate::aggregate::Aggregator::python_status`].
-    pub fn python_status(&mut self, tgid: u32, status: &PythonStatus) {
-        let status = status.clone();
-        self.write_line(&Line::Python(PythonLine { tgid, status }));
-    }
-
-    /// See [`crate::aggregate::Aggregator::counters`].
-    pub fn counters(&mut self, tgid: u32, ts_ns: u64, counters: &ProcessCounters) {
-        self.write_line(&Line::Counters(CountersLine {
-            tgid,
+    /// See [`crate::aggregate::Aggregator::exit_began`]; pending sampled
+    /// bytes are written first.
+    pub fn exit_began(
+        &mut self,
+        process: ProcessId,
+        ts_ns: u64,
+        by: ExitBegin,
+        counters: &ProcessCounters,
+        stacks: &Aggregator,
+    ) {
+        self.write_pending_paths(stacks);
+        self.write_line(&Line::ExitBegan(ExitBeganLine {
+            process,
             ts_ns,
+            by,
             counters: *counters,
         }));
     }
 
-    /// See [`crate::aggregate::Aggregator::path_delta`], with the `stack` id
-    /// `stacks` gave the sample's frames: summed until the next flush, or
-    /// written first if it belongs to another second of the run than the
-    /// bytes already pending.
+    /// See [`crate::aggregate::Aggregator::process_exited`]; pending
+    /// sampled bytes are written first.
+    pub fn process_exited(
+        &mut self,
+        process: ProcessId,
+        ts_ns: u64,
+        status: Option<ExitStatus>,
+        counters: Option<&ProcessCounters>,
+        stacks: &Aggregator,
+    ) {
+        self.write_pending_paths(stacks);
+        self.write_line(&Line::Exit(ExitLine {
+            process,
+            ts_ns,
+            status,
+            counters: counters.copied(),
+        }));
+    }
+
+    /// See [`crate::aggregate::Aggregator::python_status`].
+    pub fn python_status(&mut self, process: ProcessId, status: &PythonStatus) {
+        let status = status.clone();
+        self.write_line(&Line::Python(PythonLine { process, status }));
+    }
+
+    /// See [`crate::aggregate::Aggregator::counters`].
+    pub fn counters(
+        &mut self,
+        process: ProcessId,
+        ts_ns: u64,
+        counters: &ProcessCounters,
+        sharing: Option<Sharing>,
+    ) {
+        self.write_line(&Line::Counters(CountersLine {
+            process,
+            ts_ns,
+            counters: *counters,
+            sharing,
+        }));
+    }
+
+    /// See [`crate::aggregate::Aggregator::path_delta`]: summed until the
+    /// next flush, or written first if it belongs to another second of the
+    /// run than the bytes already pending.
     pub fn path_delta(
         &mut self,
-        tgid: u32,
+        process: ProcessId,
         ts_ns: u64,
         stack: StackId,
         bytes: SampledBytes,
@@ -159,9 +203,25 @@ impl<W: Write> CaptureWriter<W> {
         self.pending.ts_ns = self.pending.ts_ns.min(ts_ns);
         self.pending
             .deltas
-            .entry((stack, tgid))
+            .entry((stack, process))
             .or_default()
             .merge(&bytes);
+    }
+
+    /// See [`crate::aggregate::Aggregator::peak_held`]: writes the changed
+    /// values (after the pending sampled bytes, whose stacks they may use).
+    pub fn peaks(&mut self, peaks: Vec<PeakHeld>, stacks: &Aggregator) {
+        if peaks.is_empty() {
+            return;
+        }
+        self.write_pending_paths(stacks);
+        self.write_stacks_up_to(peaks.iter().map(|p| p.1).max(), stacks);
+        self.write_line(&Line::Peaks(peaks));
+    }
+
+    /// See [`crate::aggregate::Aggregator::held_state`].
+    pub fn held(&mut self, process: ProcessId, state: HeldState) {
+        self.write_line(&Line::Held(HeldLine { process, state }));
     }
 
     /// Writes the pending sampled bytes (their new stacks read from
@@ -204,23 +264,30 @@ impl<W: Write> CaptureWriter<W> {
         let Some(&(highest, _)) = self.pending.deltas.keys().next_back() else {
             return;
         };
-        if highest.0 >= self.stacks_written {
-            let new = (self.stacks_written..=highest.0)
-                .map(|id| (StackId(id), stacks.stack_frames(StackId(id)).to_vec()))
-                .collect();
-            self.write_line(&Line::Stacks(new));
-            self.stacks_written = highest.0.saturating_add(1);
-        }
+        self.write_stacks_up_to(Some(highest), stacks);
         let pending = std::mem::take(&mut self.pending);
         let deltas = pending
             .deltas
             .into_iter()
-            .map(|((stack, tgid), bytes)| PathDelta(tgid, stack, bytes))
+            .map(|((stack, process), bytes)| PathDelta(process, stack, bytes))
             .collect();
         self.write_line(&Line::Paths(PathsLine {
             ts_ns: pending.ts_ns,
             deltas,
         }));
+    }
+
+    /// Writes a `stacks` line with the stacks not written yet up to id
+    /// `highest` (frames from `stacks`).
+    fn write_stacks_up_to(&mut self, highest: Option<StackId>, stacks: &Aggregator) {
+        let Some(highest) = highest.filter(|h| h.0 >= self.stacks_written) else {
+            return;
+        };
+        let new = (self.stacks_written..=highest.0)
+            .map(|id| (StackId(id), stacks.stack_frames(StackId(id)).to_vec()))
+            .collect();
+        self.write_line(&Line::Stacks(new));
+        self.stacks_written = highest.0.saturating_add(1);
     }
 
     /// Writes `value` (the header or a [`Line`]) as one JSON line; a failure

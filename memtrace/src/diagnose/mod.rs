@@ -20,8 +20,10 @@ use std::cmp::Reverse;
 
 use serde::{Deserialize, Serialize};
 
-use crate::aggregate::{Frame, PathReport, ProcessReport, Report, RssPoint, StackId};
-use crate::report::format_bytes;
+use crate::aggregate::{
+    Frame, PathReport, ProcessId, ProcessReport, Report, RssPoint, StackId,
+};
+use crate::units::format_bytes;
 
 /// One mebibyte, in bytes.
 const MIB: u64 = 1024 * 1024;
@@ -135,6 +137,12 @@ pub enum Pattern {
     Spike,
     /// Memory that stays up after activity drops, or rises while idle.
     Retention,
+    /// RSS grew in file-backed pages (page cache of mapped files), which
+    /// the kernel can reclaim, not in the program's own memory.
+    FileBackedGrowth,
+    /// Workers' RSS stays flat while their private memory grows: pages
+    /// shared copy-on-write with the master are un-shared by writes.
+    CowUnsharing,
     /// A process grew but fits none of the patterns above (always weak;
     /// scope that process).
     UnmatchedGrowth,
@@ -148,8 +156,10 @@ pub enum Pattern {
 pub enum Scope {
     /// The whole traced process tree.
     Tree,
-    /// One process.
+    /// One process image.
     Process {
+        /// Its row in the report.
+        process: ProcessId,
         /// Its tgid.
         tgid: u32,
     },
@@ -184,12 +194,38 @@ pub struct Finding {
     pub next_step: String,
 }
 
+/// A report with its diagnosis: what every renderer draws. It reads as the
+/// [`Report`] it holds (`Deref`); its JSON form is the report's with a
+/// `diagnosis` field added.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosed {
+    /// The aggregated report.
+    #[serde(flatten)]
+    pub report: Report,
+    /// Growth patterns found, strongest first ([`findings`]).
+    pub diagnosis: Vec<Finding>,
+}
+
+impl std::ops::Deref for Diagnosed {
+    type Target = Report;
+
+    fn deref(&self) -> &Report {
+        &self.report
+    }
+}
+
+/// Diagnoses `report` ([`findings`]).
+pub fn diagnose(report: Report) -> Diagnosed {
+    let diagnosis = findings(&report);
+    Diagnosed { report, diagnosis }
+}
+
 /// Classifies the report's processes and tree. Always returns at least one
 /// finding (when no pattern matched: `NoGrowth` when nothing grew, a weak
 /// `UnmatchedGrowth` about the largest riser when it grew), most important
 /// first: strong
 /// before weak, then by the bytes each explains, largest first.
-pub fn diagnose(report: &Report) -> Vec<Finding> {
+pub fn findings(report: &Report) -> Vec<Finding> {
     let mut drafts = tree::findings(report);
     for process in &report.processes {
         drafts.extend(process::findings(report, process));
@@ -211,11 +247,11 @@ pub fn diagnose(report: &Report) -> Vec<Finding> {
     drafts.into_iter().map(Draft::into_finding).collect()
 }
 
-/// Sort key of a scope: the tree first, then processes by tgid.
-fn scope_key(scope: Scope) -> Option<u32> {
+/// Sort key of a scope: the tree first, then processes by tgid and row.
+fn scope_key(scope: Scope) -> Option<(u32, ProcessId)> {
     match scope {
         Scope::Tree => None,
-        Scope::Process { tgid } => Some(tgid),
+        Scope::Process { process, tgid } => Some((tgid, process)),
     }
 }
 
@@ -423,12 +459,12 @@ fn group_key(report: &Report, stack: StackId) -> String {
 
 /// The top growth paths of `tgid` grouped by function (up to
 /// [`TOP_PATHS`] groups with growth, largest first).
-fn process_path_groups(report: &Report, tgid: u32) -> Vec<PathGroup<'_>> {
+fn process_path_groups(report: &Report, process: ProcessId) -> Vec<PathGroup<'_>> {
     let mut groups: Vec<(String, PathGroup<'_>)> = Vec::new();
     for path in report
         .paths
         .iter()
-        .filter(|p| p.tgid == tgid && p.bytes.growth_bytes > 0)
+        .filter(|p| p.process == process && p.bytes.growth_bytes > 0)
     {
         let key = group_key(report, path.stack);
         let index = match groups.iter().position(|(k, _)| *k == key) {
@@ -523,12 +559,12 @@ fn lived(p: &ProcessReport) -> Option<Lived> {
 }
 
 /// Evidence for the top growth stacks merged over the processes in
-/// `tgids` (all processes when empty).
-fn merged_growth_paths(report: &Report, tgids: &[u32]) -> Vec<PathEvidence> {
+/// `processes` (all processes when empty).
+fn merged_growth_paths(report: &Report, processes: &[ProcessId]) -> Vec<PathEvidence> {
     report
         .growth_stacks
         .iter()
-        .filter(|s| tgids.is_empty() || s.tgids.iter().any(|t| tgids.contains(t)))
+        .filter(|s| processes.is_empty() || s.processes.iter().any(|t| processes.contains(t)))
         .take(TOP_PATHS)
         .map(|s| PathEvidence {
             stacks: vec![s.stack],
@@ -538,7 +574,7 @@ fn merged_growth_paths(report: &Report, tgids: &[u32]) -> Vec<PathEvidence> {
                 path_name(report, s.stack),
                 format_bytes(s.bytes.growth_bytes),
                 100.0 * s.growth_share,
-                s.tgids.len(),
+                s.processes.len(),
                 s.bytes.samples
             ),
         })
@@ -602,7 +638,10 @@ fn unmatched_growth(report: &Report, p: &ProcessReport, rss: Lived) -> Draft {
     );
     let mut draft = Draft::new(
         Pattern::UnmatchedGrowth,
-        Scope::Process { tgid: p.tgid },
+        Scope::Process {
+            process: p.id,
+            tgid: p.tgid,
+        },
         rss.rise_bytes(),
         summary,
     );
@@ -616,7 +655,7 @@ fn unmatched_growth(report: &Report, p: &ProcessReport, rss: Lived) -> Draft {
         seconds(p.traced_ns)
     ));
     draft.evidence.push(run_line(report));
-    let paths = merged_growth_paths(report, &[p.tgid]);
+    let paths = merged_growth_paths(report, &[p.id]);
     draft.name_paths(&paths);
     draft.weak_if(Some(
         "no known pattern fits its RSS timeline, so these numbers do not say why it grew"

@@ -5,7 +5,7 @@
 //! paths' bucket timelines.
 
 use crate::aggregate::{ProcessReport, Report, RssPoint};
-use crate::report::format_bytes;
+use crate::units::format_bytes;
 
 use super::paths::{self, Spread};
 use super::{
@@ -68,7 +68,7 @@ fn spike(report: &Report, process: &ProcessReport) -> Option<Draft> {
     {
         return None;
     }
-    let groups = process_path_groups(report, process.tgid);
+    let groups = process_path_groups(report, process.id);
     let top = groups.first();
     let mut summary = format!(
         "spike in tgid {}: RSS rose +{} in {} to {} at {}, then {} was released",
@@ -87,7 +87,10 @@ fn spike(report: &Report, process: &ProcessReport) -> Option<Draft> {
     }
     let mut draft = Draft::new(
         Pattern::Spike,
-        Scope::Process { tgid: process.tgid },
+        Scope::Process {
+            process: process.id,
+            tgid: process.tgid,
+        },
         rise,
         summary,
     );
@@ -248,7 +251,7 @@ fn retention(report: &Report, process: &ProcessReport) -> Option<Draft> {
     let timeline = lived_timeline(process);
     let facts = RetentionFacts::of(timeline)?;
     let (kind, retained) = classify_retention(&facts)?;
-    let groups = process_path_groups(report, process.tgid);
+    let groups = process_path_groups(report, process.id);
     let steady: Vec<(&PathGroup<'_>, Spread)> = groups
         .iter()
         .filter_map(|g| Some((g, paths::spread(&g.paths, report.path_bucket_ns)?)))
@@ -264,7 +267,10 @@ fn retention(report: &Report, process: &ProcessReport) -> Option<Draft> {
         .map(|g| function_name(report, g.paths[0].stack));
     let mut draft = Draft::new(
         Pattern::Retention,
-        Scope::Process { tgid: process.tgid },
+        Scope::Process {
+            process: process.id,
+            tgid: process.tgid,
+        },
         retained,
         retention_summary(process.tgid, kind, retained, &facts, top.as_deref()),
     );

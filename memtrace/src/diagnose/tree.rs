@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::aggregate::{ProcessReport, Report, Role};
-use crate::report::format_bytes;
+use crate::aggregate::{ProcessId, ProcessReport, Report, Role};
+use crate::units::format_bytes;
 
 use super::{
     describe_groups, function_name, growth_too_small, lived, lived_timeline, median,
@@ -35,10 +35,10 @@ fn size_bytes(p: &ProcessReport) -> u64 {
 }
 
 /// Processes with RSS readings grouped by parent: siblings.
-fn sibling_groups(report: &Report) -> BTreeMap<Option<u32>, Vec<&ProcessReport>> {
-    let mut groups: BTreeMap<Option<u32>, Vec<&ProcessReport>> = BTreeMap::new();
+fn sibling_groups(report: &Report) -> BTreeMap<Option<ProcessId>, Vec<&ProcessReport>> {
+    let mut groups: BTreeMap<Option<ProcessId>, Vec<&ProcessReport>> = BTreeMap::new();
     for p in report.processes.iter().filter(|p| lived(p).is_some()) {
-        groups.entry(p.parent_tgid).or_default().push(p);
+        groups.entry(p.parent).or_default().push(p);
     }
     groups
 }
@@ -89,7 +89,7 @@ fn grower_finding(
         .collect();
     let other_growth: Vec<u64> = others.iter().map(|s| growth_bytes(s)).collect();
     let growth = growth_bytes(grower);
-    let groups = process_path_groups(report, grower.tgid);
+    let groups = process_path_groups(report, grower.id);
     let top = groups
         .first()
         .map(|g| function_name(report, g.paths[0].stack));
@@ -106,7 +106,10 @@ fn grower_finding(
     }
     let mut draft = Draft::new(
         Pattern::OneProcessGrows,
-        Scope::Process { tgid: grower.tgid },
+        Scope::Process {
+            process: grower.id,
+            tgid: grower.tgid,
+        },
         growth,
         summary,
     );
@@ -229,8 +232,8 @@ fn every_worker_large(report: &Report) -> Option<Draft> {
         format_bytes(total),
         first_readings_line(report, &workers)
     ));
-    let tgids: Vec<u32> = workers.iter().map(|p| p.tgid).collect();
-    let paths = merged_growth_paths(report, &tgids);
+    let ids: Vec<ProcessId> = workers.iter().map(|p| p.id).collect();
+    let paths = merged_growth_paths(report, &ids);
     if paths.is_empty() {
         // The footprint is plain from RSS alone; only its origin is unknown.
         draft.evidence.push(
@@ -247,7 +250,7 @@ fn every_worker_large(report: &Report) -> Option<Draft> {
     draft.next_step = format!(
         "reduce per-worker state before adding workers: load shared data once in the master \
          before fork (preload) so the {} workers share it, or move it out of the workers",
-        tgids.len()
+        ids.len()
     );
     Some(draft)
 }
@@ -335,7 +338,7 @@ fn observed_forks(report: &Report) -> Vec<&ProcessReport> {
     let mut forked: Vec<&ProcessReport> = workers(report)
         .into_iter()
         .filter(|w| {
-            w.parent_tgid
+            w.parent
                 .and_then(|parent| report.process(parent))
                 .and_then(|parent| parent.timeline.first())
                 .is_some_and(|first| first.t_ns < w.started_ns)
@@ -408,7 +411,7 @@ fn worker_multiplication(report: &Report) -> Option<Draft> {
         format_bytes(per_worker),
         100.0 * spread(&sizes)
     ));
-    let tgids: Vec<u32> = forks.iter().map(|w| w.tgid).collect();
+    let ids: Vec<ProcessId> = forks.iter().map(|w| w.id).collect();
     let cow_bytes: u64 = forks
         .iter()
         .filter_map(|w| w.counters)
@@ -420,8 +423,8 @@ fn worker_multiplication(report: &Report) -> Option<Draft> {
         format_bytes(cow_bytes),
         percent(cow_bytes, sizes.iter().sum())
     ));
-    let cow_paths = cow_paths(report, &tgids);
-    let mut paths = merged_growth_paths(report, &tgids);
+    let cow_paths = cow_paths(report, &ids);
+    let mut paths = merged_growth_paths(report, &ids);
     paths.extend(cow_paths.iter().cloned());
     draft.name_paths(&paths);
     draft.weak_if(growth_too_small(
@@ -453,12 +456,12 @@ fn worker_multiplication(report: &Report) -> Option<Draft> {
     Some(draft)
 }
 
-/// Evidence for the top copy-on-write paths in the processes `tgids`.
-fn cow_paths(report: &Report, tgids: &[u32]) -> Vec<PathEvidence> {
+/// Evidence for the top copy-on-write paths in the processes `ids`.
+fn cow_paths(report: &Report, ids: &[ProcessId]) -> Vec<PathEvidence> {
     report
         .top_cow_paths(usize::MAX)
         .into_iter()
-        .filter(|p| tgids.contains(&p.tgid))
+        .filter(|p| ids.contains(&p.process))
         .take(TOP_PATHS)
         .map(|p| PathEvidence {
             stacks: vec![p.stack],
@@ -467,7 +470,7 @@ fn cow_paths(report: &Report, tgids: &[u32]) -> Vec<PathEvidence> {
                 "copy-on-write path {}: {} un-shared in tgid {} ({:.0}% of its copy-on-write)",
                 path_name(report, p.stack),
                 format_bytes(p.bytes.cow_bytes),
-                p.tgid,
+                report.tgid(p.process),
                 100.0 * p.cow_share
             ),
         })

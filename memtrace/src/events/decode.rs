@@ -3,8 +3,8 @@
 //! bad input.
 
 use memtrace_common::{
-    ExecRecord, ExitRecord, ForkRecord, MemoryEvent, MemoryRecord, RecordHeader, RecordKind,
-    MAX_FRAMES,
+    AddressOp, AddressRecord, ExecRecord, ExitBeginReason, ExitBeginRecord, ExitRecord,
+    ForkRecord, MemoryEvent, MemoryRecord, RecordHeader, RecordKind, MAX_FRAMES,
 };
 use thiserror::Error;
 
@@ -13,12 +13,16 @@ use thiserror::Error;
 pub enum Record {
     /// A traced process forked a new process.
     Fork(ForkRecord),
-    /// A traced process called execve.
+    /// A traced process's execve replaced its image.
     Exec(ExecRecord),
+    /// A traced process began to exit (finalization or `exit_group`).
+    ExitBegin(ExitBeginRecord),
     /// A traced process exited (its last thread).
     Exit(ExitRecord),
-    /// A sampled memory event with its Python stack (boxed: 1,104 bytes).
+    /// A sampled memory event with its Python stack (boxed: 1,112 bytes).
     Memory(Box<MemoryRecord>),
+    /// An exact release or move of address space.
+    Address(AddressRecord),
 }
 
 /// Why a record could not be decoded. The record is skipped and counted.
@@ -54,6 +58,18 @@ pub enum DecodeError {
         /// The value found.
         event: u32,
     },
+    /// An exit-begin record with a reason this build does not know.
+    #[error("unknown exit-begin reason `{reason}`")]
+    UnknownExitBeginReason {
+        /// The value found.
+        reason: u32,
+    },
+    /// An address record with an operation this build does not know.
+    #[error("unknown address operation `{op}`")]
+    UnknownAddressOp {
+        /// The value found.
+        op: u32,
+    },
     /// A memory record claiming more frames than it can hold.
     #[error("memory record claims {frame_count} frames, at most {MAX_FRAMES} fit")]
     TooManyFrames {
@@ -66,8 +82,9 @@ pub enum DecodeError {
 ///
 /// # Errors
 /// [`DecodeError`] when `bytes` is shorter than the header or than its
-/// kind's record, when the kind or memory event is unknown, or when a memory
-/// record's `frame_count` exceeds [`MAX_FRAMES`].
+/// kind's record, when the kind, memory event, exit-begin reason or address
+/// operation is unknown, or when a memory record's `frame_count` exceeds
+/// [`MAX_FRAMES`].
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let header: RecordHeader = read(bytes).ok_or(DecodeError::ShortHeader {
         len_bytes: bytes.len(),
@@ -78,9 +95,24 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     match kind {
         RecordKind::Fork => read_kind(bytes, kind).map(Record::Fork),
         RecordKind::Exec => read_kind(bytes, kind).map(Record::Exec),
+        RecordKind::ExitBegin => decode_exit_begin(bytes).map(Record::ExitBegin),
         RecordKind::Exit => read_kind(bytes, kind).map(Record::Exit),
         RecordKind::Memory => decode_memory(bytes).map(Record::Memory),
+        RecordKind::Address => decode_address(bytes).map(Record::Address),
     }
+}
+
+fn decode_exit_begin(bytes: &[u8]) -> Result<ExitBeginRecord, DecodeError> {
+    let record: ExitBeginRecord = read_kind(bytes, RecordKind::ExitBegin)?;
+    ExitBeginReason::try_from(record.reason)
+        .map_err(|reason| DecodeError::UnknownExitBeginReason { reason })?;
+    Ok(record)
+}
+
+fn decode_address(bytes: &[u8]) -> Result<AddressRecord, DecodeError> {
+    let record: AddressRecord = read_kind(bytes, RecordKind::Address)?;
+    AddressOp::try_from(record.op).map_err(|op| DecodeError::UnknownAddressOp { op })?;
+    Ok(record)
 }
 
 fn decode_memory(bytes: &[u8]) -> Result<Box<MemoryRecord>, DecodeError> {
@@ -153,6 +185,7 @@ mod tests {
             weight_bytes: 524_288,
             native_ip: 0x40_1000,
             flags: 0,
+            rss_bytes: 1 << 30,
             frame_count,
             _pad: 0,
             frames,
@@ -165,20 +198,71 @@ mod tests {
             header: header(RecordKind::Fork),
             child_tgid: 99,
             _pad: 0,
+            child_start_boottime_ns: 123,
+            child_rss_bytes: [1, 2, 3, 4],
         };
         assert_eq!(decode(&bytes_of(&fork)), Ok(Record::Fork(fork)));
     }
 
+    fn counters() -> memtrace_common::ProcessCounters {
+        memtrace_common::ProcessCounters {
+            anon_growth_bytes: 4096,
+            rss_known: 0b1111,
+            ..Default::default()
+        }
+    }
+
     #[test]
-    fn decodes_exec_and_exit() {
+    fn decodes_exec_exit_begin_and_exit() {
         let exec = ExecRecord {
             header: header(RecordKind::Exec),
+            counters: counters(),
+        };
+        let begin = ExitBeginRecord {
+            header: header(RecordKind::ExitBegin),
+            reason: ExitBeginReason::PythonFinalize as u32,
+            _pad: 0,
+            counters: counters(),
         };
         let exit = ExitRecord {
             header: header(RecordKind::Exit),
+            exit_code: 3 << 8,
+            _pad: 0,
+            counters: counters(),
         };
         assert_eq!(decode(&bytes_of(&exec)), Ok(Record::Exec(exec)));
+        assert_eq!(decode(&bytes_of(&begin)), Ok(Record::ExitBegin(begin)));
         assert_eq!(decode(&bytes_of(&exit)), Ok(Record::Exit(exit)));
+    }
+
+    #[test]
+    fn decodes_address_and_rejects_unknown_operations() {
+        let mut record = AddressRecord {
+            header: header(RecordKind::Address),
+            op: AddressOp::Mremap as u32,
+            _pad: 0,
+            addr: 0x1000,
+            len_bytes: 0x2000,
+            new_addr: 0x9000,
+            new_len_bytes: 0x1000,
+            rss_bytes: 77,
+        };
+        assert_eq!(decode(&bytes_of(&record)), Ok(Record::Address(record)));
+        record.op = 99;
+        assert_eq!(
+            decode(&bytes_of(&record)),
+            Err(DecodeError::UnknownAddressOp { op: 99 })
+        );
+        let begin = ExitBeginRecord {
+            header: header(RecordKind::ExitBegin),
+            reason: 9,
+            _pad: 0,
+            counters: counters(),
+        };
+        assert_eq!(
+            decode(&bytes_of(&begin)),
+            Err(DecodeError::UnknownExitBeginReason { reason: 9 })
+        );
     }
 
     #[test]
@@ -228,7 +312,7 @@ mod tests {
         let fork = ForkRecord {
             header: header(RecordKind::Fork),
             child_tgid: 1,
-            _pad: 0,
+            ..ForkRecord::default()
         };
         let bytes = bytes_of(&fork);
         assert!(matches!(

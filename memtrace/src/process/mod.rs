@@ -1,9 +1,11 @@
 //! Step 3 of the data flow: the traced process tree. [`tree`] keeps which
 //! processes are traced, their roles and whether their Python layout is known;
 //! [`launch`] starts `memtrace run`'s command held before its execve;
-//! [`proc`] reads what /proc says about them.
+//! [`proc`] reads what /proc says about them; [`maps`] names the mapping an
+//! address belongs to.
 
 pub mod launch;
+pub mod maps;
 pub mod proc;
 pub mod tree;
 

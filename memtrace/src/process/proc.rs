@@ -1,9 +1,12 @@
 //! Step 3 of the data flow: what /proc says about a process (command line,
-//! RSS counters at attach, descendants), via the procfs crate.
+//! start time, RSS counters at attach, PSS and USS, descendants), via the
+//! procfs crate.
 
 use memtrace_common::{ProcessCounters, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES, MM_SWAPENTS};
 use procfs::process::Process;
 use thiserror::Error;
+
+use crate::aggregate::Sharing;
 
 /// A /proc read that failed.
 #[derive(Debug, Error)]
@@ -101,6 +104,42 @@ pub fn initial_counters(pid: u32, parent_tgid: u32) -> Result<ProcessCounters, P
     })
 }
 
+/// When process `pid` started, CLOCK_BOOTTIME nanoseconds: `/proc/PID/stat`
+/// field 22 (`starttime`, clock ticks since boot) times the tick length (10
+/// ms at the usual 100 ticks per second), so the kernel's
+/// `task_struct.start_boottime` truncated to the tick.
+///
+/// # Errors
+/// When the process is gone or /proc cannot be read.
+pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
+    let stat = open(pid)?.stat().map_err(|source| classify(pid, source))?;
+    let ticks_per_second = procfs::ticks_per_second().max(1);
+    Ok(stat.starttime.saturating_mul(1_000_000_000 / ticks_per_second))
+}
+
+/// PSS and USS of process `pid` from `/proc/PID/smaps_rollup` (`Pss`, and
+/// `Private_Clean + Private_Dirty`). The kernel walks the whole address
+/// space for it (cost grows with RSS; see README "Overhead").
+///
+/// # Errors
+/// When the process is gone (or a zombie) or the file cannot be read.
+pub fn sharing(pid: u32) -> Result<Sharing, ProcError> {
+    let rollup = Process::new(pid as i32)
+        .and_then(|p| p.smaps_rollup())
+        .map_err(|source| classify(pid, source))?;
+    let field = |name: &str| -> u64 {
+        rollup
+            .memory_map_rollup
+            .iter()
+            .filter_map(|map| map.extension.map.get(name))
+            .sum()
+    };
+    Ok(Sharing {
+        pss_bytes: field("Pss"),
+        uss_bytes: field("Private_Clean") + field("Private_Dirty"),
+    })
+}
+
 /// This process and its ancestors up to PID 1: never traced as someone's
 /// descendant (e.g. `memtrace record --pid 1`).
 pub fn self_and_ancestors() -> Vec<u32> {
@@ -177,10 +216,16 @@ mod tests {
     }
 
     #[test]
-    fn reads_own_rss_and_command_line() {
+    fn reads_own_rss_start_time_sharing_and_command_line() {
         let me = std::process::id();
         let rss = rss_bytes(me).unwrap();
         assert!(rss[MM_ANONPAGES] > 0);
         assert!(!command_line(me).is_empty());
+        let sharing = sharing(me).unwrap();
+        assert!(sharing.uss_bytes > 0 && sharing.pss_bytes >= sharing.uss_bytes);
+        let boottime = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
+        let now_ns = boottime.tv_sec() as u64 * 1_000_000_000 + boottime.tv_nsec() as u64;
+        let started = start_time_ns(me).unwrap();
+        assert!(started > 0 && started <= now_ns, "{started} vs {now_ns}");
     }
 }

@@ -1,7 +1,10 @@
-//! Step 3 of the data flow: the set of traced processes, fed by the user's
-//! targets and by fork/exec/exit records, and the Python-probing state of
-//! each (a process that just exec'd a Python interpreter is probed again
-//! until the interpreter has initialised).
+//! Step 3 of the data flow: the processes traced now, fed by the user's
+//! targets and by fork/exec/exit records. Each live tgid maps to the
+//! aggregator's row of its current image ([`ProcessId`]); an exit removes
+//! the tgid, so a process the kernel later gives the same tgid is a new one.
+//! Also the Python-probing state of each (a process that just exec'd a
+//! Python interpreter is probed again until the interpreter has
+//! initialised).
 
 use std::{
     collections::BTreeMap,
@@ -10,7 +13,7 @@ use std::{
 
 use memtrace_common::PyProcessInfo;
 
-use crate::aggregate::{PythonStatus, Role};
+use crate::aggregate::{ProcessId, PythonStatus, Role};
 
 /// Where memtrace is in learning a process's CPython layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,50 +31,69 @@ pub enum PythonState {
     Known(PythonStatus),
 }
 
-/// One traced process.
+/// One traced live process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TracedProcess {
     /// Thread-group id.
     pub tgid: u32,
-    /// tgid of the process it was forked from, if that one is traced.
-    pub parent_tgid: Option<u32>,
+    /// The aggregator's row of its current image.
+    pub id: ProcessId,
     /// Root (asked for) or worker (forked descendant).
     pub role: Role,
-    /// Python probing state.
+    /// Python probing state of the current image.
     pub python: PythonState,
     /// The CPython layout handed to the kernel side, once known.
     pub py_info: Option<PyProcessInfo>,
-    /// Set once its exit record arrived.
-    pub exited: bool,
+    /// Set once it began to exit: no more probing.
+    pub exiting: bool,
 }
 
-/// All processes traced in this session, by tgid.
+/// The live traced processes, by tgid.
 #[derive(Debug, Default)]
 pub struct ProcessTree {
     processes: BTreeMap<u32, TracedProcess>,
+    /// Whether any process was ever added.
+    ever_traced: bool,
 }
 
 impl ProcessTree {
-    /// Adds a process (a target or a fork child) in the `Pending` state;
-    /// a tgid seen again (PID reuse after exit) replaces the old entry.
-    pub fn add(&mut self, tgid: u32, parent_tgid: Option<u32>, role: Role) {
+    /// Adds a process (a target or a fork child) as image `id`, in the
+    /// `Pending` state; a tgid still present (its exit was never seen) is
+    /// replaced.
+    pub fn add(&mut self, tgid: u32, id: ProcessId, role: Role) {
         let process = TracedProcess {
             tgid,
-            parent_tgid,
+            id,
             role,
             python: pending(),
             py_info: None,
-            exited: false,
+            exiting: false,
         };
         self.processes.insert(tgid, process);
+        self.ever_traced = true;
     }
 
-    /// Marks a process as having exec'd: its Python layout must be probed anew.
-    pub fn exec(&mut self, tgid: u32) {
+    /// Image `id` replaced the process's image by execve: its Python layout
+    /// must be probed anew.
+    pub fn exec(&mut self, tgid: u32, id: ProcessId) {
         if let Some(p) = self.processes.get_mut(&tgid) {
+            p.id = id;
             p.python = pending();
             p.py_info = None;
+            p.exiting = false;
         }
+    }
+
+    /// The process began to exit: it is no longer probed.
+    pub fn exit_began(&mut self, tgid: u32) {
+        if let Some(p) = self.processes.get_mut(&tgid) {
+            p.exiting = true;
+        }
+    }
+
+    /// The process is gone: its tgid is free for a new process.
+    pub fn exit(&mut self, tgid: u32) -> Option<TracedProcess> {
+        self.processes.remove(&tgid)
     }
 
     /// Records the CPython layout handed to the kernel side for `tgid`.
@@ -96,13 +118,6 @@ impl ProcessTree {
         }
     }
 
-    /// Marks a process as exited.
-    pub fn exit(&mut self, tgid: u32) {
-        if let Some(p) = self.processes.get_mut(&tgid) {
-            p.exited = true;
-        }
-    }
-
     /// Records the outcome of probing a process's Python layout.
     pub fn set_python(&mut self, tgid: u32, state: PythonState) {
         if let Some(p) = self.processes.get_mut(&tgid) {
@@ -110,15 +125,21 @@ impl ProcessTree {
         }
     }
 
-    /// The process with this tgid, if traced.
+    /// The live process with this tgid, if traced.
     pub fn get(&self, tgid: u32) -> Option<&TracedProcess> {
         self.processes.get(&tgid)
     }
 
-    /// Live processes whose Python layout is still unknown, with how long
-    /// they have been pending.
+    /// The row of the current image of the live process `tgid`.
+    pub fn id_of(&self, tgid: u32) -> Option<ProcessId> {
+        self.processes.get(&tgid).map(|p| p.id)
+    }
+
+    /// Live processes not exiting whose Python layout is still unknown,
+    /// with how long they have been pending.
     pub fn pending_python(&self) -> Vec<(u32, Duration)> {
         self.live()
+            .filter(|p| !p.exiting)
             .filter_map(|p| match p.python {
                 PythonState::Pending { since, .. } => Some((p.tgid, since.elapsed())),
                 _ => None,
@@ -126,14 +147,14 @@ impl ProcessTree {
             .collect()
     }
 
-    /// Processes that have not exited.
+    /// The live processes, by tgid.
     pub fn live(&self) -> impl Iterator<Item = &TracedProcess> {
-        self.processes.values().filter(|p| !p.exited)
+        self.processes.values()
     }
 
     /// True when at least one process was traced and all have exited.
     pub fn all_exited(&self) -> bool {
-        !self.processes.is_empty() && self.live().next().is_none()
+        self.ever_traced && self.processes.is_empty()
     }
 }
 
@@ -149,11 +170,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tracks_forks_execs_and_exits() {
+    fn tracks_forks_execs_exits_and_reused_tgids() {
         let mut tree = ProcessTree::default();
         assert!(!tree.all_exited(), "an empty tree has not 'all exited'");
-        tree.add(10, None, Role::Root);
-        tree.add(11, Some(10), Role::Worker);
+        tree.add(10, ProcessId(0), Role::Root);
+        tree.add(11, ProcessId(1), Role::Worker);
         tree.set_python(
             10,
             PythonState::Known(PythonStatus::Python {
@@ -166,22 +187,21 @@ mod tests {
         assert_eq!(pending(&tree), vec![11]);
         tree.set_python(11, PythonState::Known(PythonStatus::NotPython));
         assert_eq!(tree.note_no_runtime(11), Duration::ZERO, "not pending");
-        tree.exec(11);
+        tree.exec(11, ProcessId(2));
+        assert_eq!(tree.id_of(11), Some(ProcessId(2)));
         assert_eq!(pending(&tree), vec![11]);
         std::thread::sleep(Duration::from_millis(5));
         assert!(tree.note_no_runtime(11) >= Duration::from_millis(5));
-        assert!(matches!(
-            tree.get(11).unwrap().python,
-            PythonState::Pending {
-                no_runtime_seen: true,
-                ..
-            }
-        ));
+        tree.exit_began(11);
+        assert!(tree.pending_python().is_empty(), "an exiting process is not probed");
+        assert_eq!(tree.exit(11).map(|p| p.id), Some(ProcessId(2)));
+        assert_eq!(tree.id_of(11), None);
+        // The kernel gives tgid 11 to a new process.
+        tree.add(11, ProcessId(3), Role::Worker);
+        assert_eq!(tree.id_of(11), Some(ProcessId(3)));
         tree.exit(11);
-        assert!(tree.pending_python().is_empty());
         assert!(!tree.all_exited());
         tree.exit(10);
         assert!(tree.all_exited());
-        assert_eq!(tree.get(11).unwrap().parent_tgid, Some(10));
     }
 }

@@ -1,13 +1,16 @@
-//! Flame-graph renderer of the report step: the folded stacks of sampled
-//! growth ([`super::folded`]) drawn as an SVG by the inferno library, bytes
-//! as the unit, inferno's memory palette, colours chosen by name so the
-//! output is reproducible.
+//! Flame-graph renderer of the report step: the folded stacks
+//! ([`super::folded`], weighed by `--weight`: bytes held at the high-water
+//! mark by default) drawn as an SVG by the inferno library, bytes as the
+//! unit, inferno's memory palette, colours chosen by name so the output is
+//! reproducible.
 
 use std::io::{self, Write};
 
 use inferno::flamegraph::{self, color::BasicPalette, Direction, Options, Palette};
 
-use super::{folded, text, RenderOptions, Report};
+use super::{folded, text, RenderOptions};
+use crate::aggregate::{ProcessId, Report};
+use crate::diagnose::Diagnosed;
 
 /// Width of the drawing (inferno's default), in pixels. The standalone SVG
 /// stretches to its window with inferno's script; the inline one keeps it.
@@ -20,9 +23,9 @@ const MAX_SUBTITLE_CHARS: usize = 160;
 /// Height of the SVG drawn when no growth was sampled, in pixels.
 const EMPTY_HEIGHT: usize = 60;
 
-/// Writes an SVG flame graph of the sampled resident growth of every
-/// process, or only of `tgid`: one tower per process (its root frame is
-/// `<command> (tgid N)`), frame widths in bytes. `options.inverted` draws an
+/// Writes an SVG flame graph of the sampled paths of every process, or only
+/// of `process`, weighed by `options.weight`: one tower per process (its
+/// root frame is `<command> (tgid N)`), frame widths in bytes. `options.inverted` draws an
 /// icicle graph. The title names the run (and the process); the subtitle is
 /// the top diagnosis finding, if any. With no sampled growth, a small SVG
 /// that says so. Interactive (search, zoom) through inferno's embedded
@@ -31,19 +34,19 @@ const EMPTY_HEIGHT: usize = 60;
 /// # Errors
 /// Any error of `out`.
 pub fn render(
-    report: &Report,
+    report: &Diagnosed,
     options: &RenderOptions,
-    tgid: Option<u32>,
+    process: Option<ProcessId>,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    draw(report, options, tgid, None, out)
+    draw(report, options, process, None, out)
 }
 
 /// [`render`] of the whole tree at a fixed width, to embed inline in a page:
 /// inferno's script only stretches a "fluid" graph by taking the page's
 /// first `<svg>` as its own, which in a page with other SVGs it is not.
 pub(crate) fn render_inline(
-    report: &Report,
+    report: &Diagnosed,
     options: &RenderOptions,
     out: &mut dyn Write,
 ) -> io::Result<()> {
@@ -52,17 +55,17 @@ pub(crate) fn render_inline(
 
 /// Draws the graph; `image_width` `None` is inferno's fluid width.
 fn draw(
-    report: &Report,
+    report: &Diagnosed,
     options: &RenderOptions,
-    tgid: Option<u32>,
+    process: Option<ProcessId>,
     image_width: Option<usize>,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    let lines: Vec<String> = folded::lines(report, tgid)
+    let lines: Vec<String> = folded::lines(report, options.weight, process)
         .into_iter()
         .map(|(stack, bytes)| format!("{stack} {bytes}"))
         .collect();
-    let title = title(report, tgid);
+    let title = title(report, options, process);
     if lines.is_empty() {
         return empty(&title, out);
     }
@@ -94,14 +97,15 @@ fn subtitle(line: &str) -> String {
     cut
 }
 
-/// `memtrace: sampled memory growth of `command`` (and of one process).
-fn title(report: &Report, tgid: Option<u32>) -> String {
+/// `memtrace: memory held at peak by `command`` (and of one process).
+fn title(report: &Report, options: &RenderOptions, process: Option<ProcessId>) -> String {
     let mut title = format!(
-        "memtrace: sampled memory growth of `{}`",
+        "memtrace: memory {} by `{}`",
+        options.weight.describe(),
         report.meta.command
     );
-    if let Some(tgid) = tgid {
-        title.push_str(&format!(", tgid {tgid} ({})", report.label(tgid)));
+    if let Some(id) = process {
+        title.push_str(&format!(", {} ({})", report.name(id), report.label(id)));
     }
     title
 }
@@ -123,7 +127,7 @@ fn empty(title: &str, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
         "<text x=\"{middle}\" y=\"48\" text-anchor=\"middle\" font-size=\"12\">\
-         no growth was sampled with a stack</text>"
+         no memory was sampled with a stack</text>"
     )?;
     writeln!(out, "</svg>")
 }

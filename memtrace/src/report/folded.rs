@@ -1,41 +1,53 @@
 //! Folded-stacks renderer of the report step (Brendan Gregg's format, as read
-//! by inferno and flamegraph.pl): one line per (process, stack) with sampled
-//! resident growth, `process;outer;...;inner <bytes>`.
+//! by inferno and flamegraph.pl): one line per (process, stack), weighed by
+//! the chosen bytes (held at the high-water mark by default),
+//! `process;outer;...;inner <bytes>`.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use crate::aggregate::{Frame, PathReport, Report};
+use crate::aggregate::{Frame, PathReport, ProcessId, Report, Weight};
 
-/// Writes one line per (process, stack) with sampled growth > 0:
-/// `<command> (tgid N);<outermost frame>;...;<innermost frame> <bytes>`.
-/// Frames read `function (file:line)`, `symbol` or `[reason]`; `;` and line
-/// breaks inside names become `:` and spaces. Lines are sorted bytewise
-/// (what `inferno::flamegraph::from_lines` expects) and identical stacks are
-/// summed, so the output is deterministic.
+/// Writes one line per (process, stack) with `weight` bytes > 0:
+/// `<command> (tgid N);<outermost frame>;...;<innermost frame> <bytes>`
+/// (`tgid N#2` for a reused tgid, `tgid N, image 1` after an execve).
+/// Frames read `function (file:line)`, `symbol`, `[file NAME]` or
+/// `[reason]`; `;` and line breaks inside names become `:` and spaces. Lines
+/// are sorted bytewise (what `inferno::flamegraph::from_lines` expects) and
+/// identical stacks are summed, so the output is deterministic.
 ///
 /// # Errors
 /// Any error of `out`.
-pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
-    for (stack, bytes) in lines(report, None) {
+pub fn render(report: &Report, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
+    for (stack, bytes) in lines(report, weight, None) {
         writeln!(out, "{stack} {bytes}")?;
     }
     Ok(())
 }
 
-/// Folded stack (without the count) → summed growth bytes, sorted: the lines
-/// of [`render`], of all processes or only of `tgid`.
-pub(crate) fn lines(report: &Report, tgid: Option<u32>) -> BTreeMap<String, u64> {
+/// Folded stack (without the count) → summed `weight` bytes, sorted: the
+/// lines of [`render`], of all processes or only of `process`.
+pub(crate) fn lines(
+    report: &Report,
+    weight: Weight,
+    process: Option<ProcessId>,
+) -> BTreeMap<String, u64> {
     let mut lines = BTreeMap::new();
-    let wanted = |p: &&PathReport| p.bytes.growth_bytes > 0 && tgid.is_none_or(|t| t == p.tgid);
+    let wanted = |p: &&PathReport| {
+        p.weight_bytes(weight) > 0 && process.is_none_or(|id| id == p.process)
+    };
     for path in report.paths.iter().filter(wanted) {
-        let mut line = sanitize(&format!("{} (tgid {})", report.label(path.tgid), path.tgid));
+        let mut line = sanitize(&format!(
+            "{} ({})",
+            report.label(path.process),
+            report.name(path.process)
+        ));
         for frame in report.frames(path.stack) {
             line.push(';');
             line.push_str(&folded_frame(frame));
         }
         let total: &mut u64 = lines.entry(line).or_default();
-        *total = total.saturating_add(path.bytes.growth_bytes);
+        *total = total.saturating_add(path.weight_bytes(weight));
     }
     lines
 }

@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use super::{flamegraph, format_bytes, format_signed_bytes, text, RenderOptions, Report};
-use crate::aggregate::{ProcessReport, RssPoint};
-use crate::diagnose::{Finding, Strength};
+use super::{flamegraph, text, RenderOptions};
+use crate::aggregate::{ProcessId, ProcessReport, Report, RssPoint};
+use crate::diagnose::{Diagnosed, Finding, Strength};
+use crate::units::{format_bytes, format_signed_bytes};
 
 /// Nanoseconds per second, for times shown in seconds.
 const NS_PER_S: f64 = 1e9;
@@ -52,7 +53,7 @@ svg.rss text { font-family: sans-serif; font-size: 11px; }
 ///
 /// # Errors
 /// Any error of `out`.
-pub fn render(report: &Report, options: &RenderOptions, out: &mut dyn Write) -> io::Result<()> {
+pub fn render(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) -> io::Result<()> {
     let command = escape(&report.meta.command);
     writeln!(out, "<!DOCTYPE html>")?;
     writeln!(out, "<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">")?;
@@ -68,7 +69,7 @@ pub fn render(report: &Report, options: &RenderOptions, out: &mut dyn Write) -> 
     out.write_all(diagnosis(report).as_bytes())?;
     out.write_all(process_tree(report).as_bytes())?;
     out.write_all(rss_charts(report).as_bytes())?;
-    out.write_all(growth_paths(report, options.top).as_bytes())?;
+    out.write_all(growth_paths(report, options).as_bytes())?;
     flame_graph(report, options, out)?;
     out.write_all(warnings(report).as_bytes())?;
     writeln!(
@@ -95,7 +96,7 @@ pub(crate) fn escape(text: &str) -> String {
     escaped
 }
 
-fn diagnosis(report: &Report) -> String {
+fn diagnosis(report: &Diagnosed) -> String {
     let mut html = String::from("<section id=\"diagnosis\">\n<h2>Diagnosis</h2>\n");
     let findings = &report.diagnosis;
     if findings.is_empty() {
@@ -157,14 +158,16 @@ fn list<'a>(class: &str, items: impl Iterator<Item = &'a str>, html: &mut String
 /// The processes in tree order (each after its parent, children by start
 /// time then tgid), with their depth.
 fn tree_order(report: &Report) -> Vec<(usize, &ProcessReport)> {
-    let traced: HashSet<u32> = report.processes.iter().map(|p| p.tgid).collect();
-    let mut children: BTreeMap<Option<u32>, Vec<&ProcessReport>> = BTreeMap::new();
+    let traced: HashSet<ProcessId> = report.processes.iter().map(|p| p.id).collect();
+    let mut children: BTreeMap<Option<ProcessId>, Vec<&ProcessReport>> = BTreeMap::new();
     for p in &report.processes {
-        let parent = p.parent_tgid.filter(|t| traced.contains(t) && *t != p.tgid);
+        // An image after an execve hangs under the image it replaced.
+        let parent = p.previous_image.or(p.parent);
+        let parent = parent.filter(|t| traced.contains(t) && *t != p.id);
         children.entry(parent).or_default().push(p);
     }
     for list in children.values_mut() {
-        list.sort_by_key(|p| (p.started_ns, p.tgid));
+        list.sort_by_key(|p| (p.started_ns, p.id));
     }
     let mut order = Vec::with_capacity(report.processes.len());
     let mut seen = HashSet::new();
@@ -173,17 +176,17 @@ fn tree_order(report: &Report) -> Vec<(usize, &ProcessReport)> {
         .map(|roots| roots.iter().rev().map(|p| (0, *p)).collect())
         .unwrap_or_default();
     while let Some((depth, p)) = stack.pop() {
-        if !seen.insert(p.tgid) {
+        if !seen.insert(p.id) {
             continue;
         }
         order.push((depth, p));
-        if let Some(kids) = children.get(&Some(p.tgid)) {
+        if let Some(kids) = children.get(&Some(p.id)) {
             stack.extend(kids.iter().rev().map(|k| (depth + 1, *k)));
         }
     }
     // Processes only reachable through a parent cycle: listed at the end.
     for p in &report.processes {
-        if seen.insert(p.tgid) {
+        if seen.insert(p.id) {
             order.push((0, p));
         }
     }
@@ -194,8 +197,8 @@ fn process_tree(report: &Report) -> String {
     let mut html = String::from(
         "<section id=\"processes\">\n<h2>Process tree</h2>\n<table class=\"tree\">\n<tr>\
          <th>tgid</th><th>role</th><th>RSS start</th><th>end</th><th>peak</th>\
-         <th>growth</th><th>copy-on-write</th><th>sampled growth</th><th>Python</th>\
-         <th>started</th><th>exited</th><th class=\"cmd\">command</th></tr>\n",
+         <th>growth</th><th>USS end</th><th>copy-on-write</th><th>held at peak</th><th>Python</th>\
+         <th>started</th><th>ended</th><th class=\"cmd\">command</th></tr>\n",
     );
     for (depth, p) in tree_order(report) {
         let dash = || "-".to_owned();
@@ -213,25 +216,29 @@ fn process_tree(report: &Report) -> String {
         let cow = p
             .counters
             .map_or_else(dash, |c| format_bytes(c.cow_fault_bytes));
-        let exited = p.exited_ns.map_or_else(dash, seconds);
+        let uss = p
+            .sharing
+            .map_or_else(dash, |s| format_bytes(s.end_uss_bytes));
+        let ended = ended_text(p);
         let indent = "&nbsp;&nbsp;&nbsp;".repeat(depth);
         let branch = if depth > 0 { "└ " } else { "" };
         let _ = writeln!(
             html,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td class=\"cmd\">{indent}{branch}{}</td></tr>",
-            p.tgid,
+            escape(&p.name()),
             p.role,
             rss[0],
             rss[1],
             rss[2],
             rss[3],
+            uss,
             cow,
-            format_bytes(p.sampled.growth_bytes),
+            format_bytes(p.peak_held_bytes),
             escape(&text::python_text(p.python.as_ref(), true)),
             seconds(p.started_ns),
-            exited,
+            escape(&ended),
             escape(&p.label()),
         );
     }
@@ -253,6 +260,17 @@ fn process_tree(report: &Report) -> String {
     html
 }
 
+/// How an image ended: `alive`, `exec'd at 1.0 s`, `exit 0 at 2.5 s` (the
+/// time its exit began).
+fn ended_text(p: &ProcessReport) -> String {
+    match (p.exec_ns, p.exit_began_ns, p.exit_status) {
+        (Some(t), _, _) => format!("exec'd at {}", seconds(t)),
+        (None, Some(t), Some(status)) => format!("{status} at {}", seconds(t)),
+        (None, Some(t), None) => format!("exiting at {}", seconds(t)),
+        (None, None, _) => "alive".to_owned(),
+    }
+}
+
 /// `1.5 s`.
 fn seconds(t_ns: u64) -> String {
     format!("{:.1} s", t_ns as f64 / NS_PER_S)
@@ -268,9 +286,9 @@ fn rss_charts(report: &Report) -> String {
     for (_, p) in tree_order(report) {
         let _ = writeln!(
             html,
-            "<figure class=\"rss\" id=\"rss-tgid-{}\">\n<figcaption>tgid {} <code>{}</code></figcaption>",
-            p.tgid,
-            p.tgid,
+            "<figure class=\"rss\" id=\"rss-{}\">\n<figcaption>{} <code>{}</code></figcaption>",
+            p.id,
+            escape(&p.name()),
             escape(&p.label())
         );
         if p.timeline.is_empty() {
@@ -279,7 +297,7 @@ fn rss_charts(report: &Report) -> String {
             let forks: Vec<(u32, u64)> = report
                 .processes
                 .iter()
-                .filter(|c| c.parent_tgid == Some(p.tgid) && c.tgid != p.tgid)
+                .filter(|c| c.parent == Some(p.id) && c.id != p.id && c.image == 0)
                 .map(|c| (c.tgid, c.started_ns))
                 .collect();
             html.push_str(&rss_chart(p, &forks, end_ns));
@@ -298,7 +316,7 @@ fn chart_end_ns(report: &Report) -> u64 {
         .iter()
         .flat_map(|p| {
             let last_point = p.timeline.last().map_or(0, |point| point.t_ns);
-            [last_point, p.started_ns, p.exited_ns.unwrap_or(0)]
+            [last_point, p.started_ns, p.ended_ns().unwrap_or(0)]
         })
         .max()
         .unwrap_or(0);
@@ -321,10 +339,10 @@ fn rss_chart(p: &ProcessReport, forks: &[(u32, u64)], end_ns: u64) -> String {
     let mut svg = format!(
         "<svg class=\"rss\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{CHART_WIDTH}\" \
          height=\"{CHART_HEIGHT}\" viewBox=\"0 0 {CHART_WIDTH} {CHART_HEIGHT}\" role=\"img\">\n\
-         <title>RSS of tgid {} over time</title>\n\
+         <title>RSS of {} over time</title>\n\
          <rect x=\"{MARGIN_LEFT}\" y=\"{MARGIN_TOP}\" width=\"{plot_w}\" height=\"{plot_h}\" \
          fill=\"#fafafa\" stroke=\"#999\"/>\n",
-        p.tgid
+        escape(&p.name())
     );
     for fraction in [0.0, 0.5, 1.0] {
         let bytes = (max_bytes as f64 * fraction) as u64;
@@ -380,15 +398,13 @@ fn rss_chart(p: &ProcessReport, forks: &[(u32, u64)], end_ns: u64) -> String {
             &format!("forked tgid {child} at {}", seconds(*t_ns)),
         );
     }
-    if let Some(exited_ns) = p.exited_ns {
-        mark(
-            &mut svg,
-            x(exited_ns),
-            "exit-mark",
-            "#d02020",
-            "exit",
-            &format!("exited at {}", seconds(exited_ns)),
-        );
+    if let Some(ended_ns) = p.ended_ns() {
+        let (label, tooltip) = if p.exec_ns.is_some() {
+            ("exec", format!("exec'd at {}", seconds(ended_ns)))
+        } else {
+            ("exit", format!("began to exit at {}", seconds(ended_ns)))
+        };
+        mark(&mut svg, x(ended_ns), "exit-mark", "#d02020", label, &tooltip);
     }
     svg.push_str("</svg>\n");
     svg
@@ -410,24 +426,29 @@ fn mark(svg: &mut String, x: f64, class: &str, color: &str, label: &str, tooltip
     );
 }
 
-fn growth_paths(report: &Report, top: usize) -> String {
-    let mut html = String::from(
-        "<section id=\"paths\">\n<h2>Top growth paths</h2>\n\
-         <p>Sampled resident anonymous growth, summed over processes; innermost frame first.</p>\n",
+fn growth_paths(report: &Report, options: &RenderOptions) -> String {
+    let mut html = format!(
+        "<section id=\"paths\">\n<h2>Top paths</h2>\n\
+         <p>Sampled bytes by code path, summed over processes, ranked by bytes {}; \
+         innermost frame first.</p>\n",
+        options.weight.describe()
     );
-    let stacks = report.top_growth_stacks(top);
+    let stacks = report.top_stacks(options.weight, options.top);
     if stacks.is_empty() {
-        html.push_str("<p>No growth was sampled with a stack.</p>\n");
+        html.push_str("<p>No memory was sampled with a stack.</p>\n");
     }
     html.push_str("<ol>\n");
     for stack in stacks {
-        let tgids: Vec<String> = stack.tgids.iter().map(u32::to_string).collect();
+        let names: Vec<String> = stack.processes.iter().map(|&id| report.name(id)).collect();
         let _ = writeln!(
             html,
-            "<li><b>{}</b> ({:.1}% of all sampled growth) in tgid {}\n<ul class=\"frames\">",
-            format_bytes(stack.bytes.growth_bytes),
-            stack.growth_share * 100.0,
-            tgids.join(", ")
+            "<li><b>{}</b> held at peak, {} at end, {} grown ({:.1}% of all held at peak) \
+             in {}\n<ul class=\"frames\">",
+            format_bytes(stack.peak_held_bytes),
+            format_bytes(stack.bytes.held_now_bytes()),
+            format_bytes(stack.bytes.grown_bytes()),
+            stack.peak_held_share * 100.0,
+            escape(&names.join(", "))
         );
         for frame in text::frames_innermost_first(report.frames(stack.stack)) {
             let _ = writeln!(html, "<li>{}</li>", escape(&frame));
@@ -439,7 +460,7 @@ fn growth_paths(report: &Report, top: usize) -> String {
 }
 
 /// The flame graph SVG, inline (its XML prologue dropped).
-fn flame_graph(report: &Report, options: &RenderOptions, out: &mut dyn Write) -> io::Result<()> {
+fn flame_graph(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) -> io::Result<()> {
     let mut svg = Vec::new();
     flamegraph::render_inline(report, options, &mut svg)?;
     let svg = String::from_utf8_lossy(&svg);
@@ -447,7 +468,8 @@ fn flame_graph(report: &Report, options: &RenderOptions, out: &mut dyn Write) ->
     writeln!(
         out,
         "<section id=\"flamegraph\">\n<h2>Flame graph</h2>\n\
-         <p>Sampled resident growth by code path (click a frame to zoom).</p>\n\
+         <p>Sampled bytes by code path, weighed by bytes held at peak unless --weight says \
+         otherwise (click a frame to zoom).</p>\n\
          <div class=\"flame\">\n{}\n</div>\n</section>",
         svg[start..].trim_end()
     )

@@ -1,16 +1,18 @@
-//! JSON renderer of the report step: the whole [`Report`] (what the terminal
-//! shows, plus every path, stack and RSS timeline) for other tools.
+//! JSON renderer of the report step: the whole diagnosed report (what the
+//! terminal shows, plus every process image, path, stack and RSS timeline)
+//! for other tools.
 
 use std::io::{self, Write};
 
-use crate::aggregate::Report;
+use crate::diagnose::Diagnosed;
 
 /// Writes `report` as pretty-printed JSON followed by a newline. The shape is
-/// [`Report`]'s serde form; `serde_json::from_str::<Report>` reads it back.
+/// [`Diagnosed`]'s serde form (the report's fields and `diagnosis`);
+/// `serde_json::from_str::<Diagnosed>` reads it back.
 ///
 /// # Errors
 /// Any error of `out` (serialization itself cannot fail for this type).
-pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+pub fn render(report: &Diagnosed, out: &mut dyn Write) -> io::Result<()> {
     serde_json::to_writer_pretty(&mut *out, report)?;
     writeln!(out)
 }

@@ -17,32 +17,36 @@ pub mod pprof;
 pub mod speedscope;
 pub mod table;
 mod text;
-mod units;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-pub use crate::aggregate::Report;
+use crate::aggregate::Weight;
 use crate::cli::Format;
-pub use units::{format_bytes, format_signed_bytes};
+use crate::diagnose::Diagnosed;
 
-/// How a report is drawn (from `--inverted` and `--top`).
+
+/// How a report is drawn (from `--inverted`, `--top` and `--weight`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RenderOptions {
     /// Flame graphs drawn as icicles (roots at the top).
     pub inverted: bool,
     /// Growth paths listed in the table and the HTML report.
     pub top: usize,
+    /// Which bytes weigh and rank paths.
+    pub weight: Weight,
 }
 
 impl Default for RenderOptions {
-    /// Upright flame graphs, 10 paths (the CLI defaults).
+    /// Upright flame graphs, 10 paths, weighed by bytes held at the
+    /// high-water mark (the CLI defaults).
     fn default() -> Self {
         Self {
             inverted: false,
             top: 10,
+            weight: Weight::Peak,
         }
     }
 }
@@ -53,18 +57,18 @@ impl Default for RenderOptions {
 /// # Errors
 /// [`ReportError::Render`] when `out` fails.
 pub fn render(
-    report: &Report,
+    report: &Diagnosed,
     format: Format,
     options: &RenderOptions,
     out: &mut dyn Write,
 ) -> Result<(), ReportError> {
     let result = match format {
-        Format::Table => table::render_summary(report, options.top, out),
-        Format::Folded => folded::render(report, out),
+        Format::Table => table::render_summary(report, options, out),
+        Format::Folded => folded::render(report, options.weight, out),
         Format::Json => json::render(report, out),
         Format::Flamegraph => flamegraph::render(report, options, None, out),
-        Format::Speedscope => speedscope::render(report, out),
-        Format::Pprof => pprof::render(report, out),
+        Format::Speedscope => speedscope::render(report, options.weight, out),
+        Format::Pprof => pprof::render(report, options.weight, out),
         Format::Html => html::render(report, options, out),
     };
     result.map_err(|source| ReportError::Render {
@@ -73,8 +77,9 @@ pub fn render(
     })
 }
 
-/// Writes one flame graph per traced process into `dir` (which must exist):
-/// `<stem>-tgid-<tgid>.svg`, in the order of [`Report::processes`],
+/// Writes one flame graph per traced process image into `dir` (which must
+/// exist): `<stem>-tgid-<tgid>.svg` (`-tgid-<tgid>-<n>` for the n-th
+/// process or image with that tgid), in the order of `Report::processes`,
 /// existing files overwritten (`record`/`run` pass their run's unique stem,
 /// `memtrace report` passes [`PER_PROCESS_STEM`]). Only
 /// [`Format::Flamegraph`] has a per-process form.
@@ -83,7 +88,7 @@ pub fn render(
 /// [`ReportError::NotPerProcess`] for other formats; [`ReportError::Write`]
 /// when a file cannot be written.
 pub fn render_per_process(
-    report: &Report,
+    report: &Diagnosed,
     format: Format,
     options: &RenderOptions,
     dir: &Path,
@@ -95,10 +100,17 @@ pub fn render_per_process(
         });
     }
     let mut written = Vec::with_capacity(report.processes.len());
+    let mut seen: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
     for process in &report.processes {
-        let path = dir.join(format!("{stem}-tgid-{}.svg", process.tgid));
+        let count = seen.entry(process.tgid).or_default();
+        *count += 1;
+        let name = match *count {
+            1 => format!("{stem}-tgid-{}.svg", process.tgid),
+            n => format!("{stem}-tgid-{}-{n}.svg", process.tgid),
+        };
+        let path = dir.join(name);
         write_one(&path, |w| {
-            flamegraph::render(report, options, Some(process.tgid), w)
+            flamegraph::render(report, options, Some(process.id), w)
         })?;
         written.push(path);
     }
@@ -165,7 +177,8 @@ pub enum ReportError {
 /// Where [`write_files`] put the report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WrittenFiles {
-    /// Folded stacks of sampled growth (input for inferno or flamegraph.pl).
+    /// Folded stacks weighed by bytes held at the high-water mark (input for
+    /// inferno or flamegraph.pl).
     pub folded: PathBuf,
     /// The whole report as pretty JSON.
     pub json: PathBuf,
@@ -178,7 +191,7 @@ pub struct WrittenFiles {
 /// # Errors
 /// [`ReportError::Write`] when a file cannot be created or written;
 /// [`ReportError::NamesTaken`] when 100 candidate names are all taken.
-pub fn write_files(report: &Report, dir: &Path) -> Result<WrittenFiles, ReportError> {
+pub fn write_files(report: &Diagnosed, dir: &Path) -> Result<WrittenFiles, ReportError> {
     write_files_named(report, dir, &timestamp_stem(SystemTime::now()))
 }
 
@@ -196,9 +209,13 @@ fn timestamp_stem(time: SystemTime) -> String {
 }
 
 /// [`write_files`] with a chosen base name.
-fn write_files_named(report: &Report, dir: &Path, stem: &str) -> Result<WrittenFiles, ReportError> {
+fn write_files_named(
+    report: &Diagnosed,
+    dir: &Path,
+    stem: &str,
+) -> Result<WrittenFiles, ReportError> {
     let files = free_names(dir, stem)?;
-    write_one(&files.folded, |w| folded::render(report, w))?;
+    write_one(&files.folded, |w| folded::render(report, Weight::Peak, w))?;
     write_one(&files.json, |w| json::render(report, w))?;
     Ok(files)
 }

@@ -13,12 +13,27 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use crate::aggregate::{Frame, Report};
+use crate::aggregate::{Frame, Weight};
+use crate::diagnose::Diagnosed;
 
 /// Sample types, in the order of each sample's values: sampled resident
 /// growth and sampled copy-on-write un-sharing, both in bytes (named like
 /// Go's heap profile `alloc_space`).
-const SAMPLE_TYPES: [(&str, &str); 2] = [("growth_space", "bytes"), ("cow_space", "bytes")];
+const SAMPLE_TYPES: [(&str, &str); 4] = [
+    ("peak_space", "bytes"),
+    ("inuse_space", "bytes"),
+    ("alloc_space", "bytes"),
+    ("cow_space", "bytes"),
+];
+
+/// The sample type `--weight` picks as the default one.
+fn default_sample_type(weight: Weight) -> &'static str {
+    match weight {
+        Weight::Peak => SAMPLE_TYPES[0].0,
+        Weight::End => SAMPLE_TYPES[1].0,
+        Weight::Grown => SAMPLE_TYPES[2].0,
+    }
+}
 
 /// `Profile` (profile.proto fields 1, 2, 4, 5, 6, 10, 11, 12, 13, 14).
 #[derive(Clone, PartialEq, Message)]
@@ -134,9 +149,11 @@ struct Function {
 }
 
 /// Writes `report` as a gzipped pprof profile: sample types
-/// `growth_space/bytes` (the default) and `cow_space/bytes`, one sample per
-/// (process, stack) with sampled growth or copy-on-write bytes, labelled
-/// `tgid` and `process`. Python frames are functions with their file and
+/// `peak_space/bytes` (held at the process's high-water mark),
+/// `inuse_space/bytes` (held at the end), `alloc_space/bytes` (grown: every
+/// first touch) and `cow_space/bytes`, the default one picked by `weight`;
+/// one sample per (process image, stack) with any of them, labelled `tgid`,
+/// `process` (command) and `instance` (`tgid N#2, image 1` form). Python frames are functions with their file and
 /// line; native frames are functions without a file. The diagnosis goes
 /// into the profile's comments (`go tool pprof -comments`), one comment per
 /// line: each finding's summary, evidence, code paths and next step. Deterministic
@@ -144,8 +161,8 @@ struct Function {
 ///
 /// # Errors
 /// Any error of `out`.
-pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
-    let bytes = build(report).encode_to_vec();
+pub fn render(report: &Diagnosed, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
+    let bytes = build(report, weight).encode_to_vec();
     let mut gzip = GzEncoder::new(out, Compression::default());
     gzip.write_all(&bytes)?;
     gzip.finish()?;
@@ -153,21 +170,22 @@ pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 }
 
 /// Builds the profile message of `report`.
-fn build(report: &Report) -> Profile {
+fn build(report: &Diagnosed, weight: Weight) -> Profile {
     let mut builder = Builder::default();
     builder.strings.index("");
     let sample_type = SAMPLE_TYPES
         .iter()
         .map(|(kind, unit)| builder.value_type(kind, unit))
         .collect();
-    let (tgid_key, process_key) = (
+    let (tgid_key, process_key, instance_key) = (
         builder.strings.index("tgid"),
         builder.strings.index("process"),
+        builder.strings.index("instance"),
     );
     for path in report
         .paths
         .iter()
-        .filter(|p| p.bytes.growth_bytes > 0 || p.bytes.cow_bytes > 0)
+        .filter(|p| p.bytes.grown_bytes() > 0 || p.bytes.cow_bytes > 0)
     {
         let location_id = report
             .frames(path.stack)
@@ -178,19 +196,26 @@ fn build(report: &Report) -> Profile {
         let label = vec![
             Label {
                 key: tgid_key,
-                num: i64::from(path.tgid),
+                num: i64::from(report.tgid(path.process)),
                 ..Label::default()
             },
             Label {
                 key: process_key,
-                str: builder.strings.index(&report.label(path.tgid)),
+                str: builder.strings.index(&report.label(path.process)),
+                ..Label::default()
+            },
+            Label {
+                key: instance_key,
+                str: builder.strings.index(&report.name(path.process)),
                 ..Label::default()
             },
         ];
         builder.samples.push(Sample {
             location_id,
             value: vec![
-                signed(path.bytes.growth_bytes),
+                signed(path.peak_held_bytes),
+                signed(path.bytes.held_now_bytes()),
+                signed(path.bytes.grown_bytes()),
                 signed(path.bytes.cow_bytes),
             ],
             label,
@@ -203,7 +228,7 @@ fn build(report: &Report) -> Profile {
         .map(|line| builder.strings.index(&line))
         .collect();
     let period_type = Some(builder.value_type("space", "bytes"));
-    let default_sample_type = builder.strings.index(SAMPLE_TYPES[0].0);
+    let default_sample_type = builder.strings.index(default_sample_type(weight));
     Profile {
         sample_type,
         sample: builder.samples,
@@ -254,7 +279,7 @@ impl<'a> Builder<'a> {
                 line,
             } => (function.clone(), file.clone(), i64::from(*line)),
             Frame::Native { symbol } => (symbol.clone(), String::new(), 0),
-            Frame::Unknown { reason } => (format!("[{reason}]"), String::new(), 0),
+            Frame::Mapping { .. } | Frame::Unknown { .. } => (frame.to_string(), String::new(), 0),
         };
         let function_id = self.function(name, file);
         let id = next_id(self.locations.len());

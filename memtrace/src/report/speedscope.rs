@@ -1,15 +1,17 @@
 //! Speedscope renderer of the report step: speedscope's own file format
 //! (schema <https://www.speedscope.app/file-format-schema.json>, types in
 //! speedscope's `src/lib/file-format-spec.ts`), which speedscope.app and the
-//! `speedscope` npm package open. Frames are shared; each process with
-//! sampled growth is one "sampled" profile whose weights are bytes.
+//! `speedscope` npm package open. Frames are shared; each process image with
+//! sampled bytes is one "sampled" profile whose weights are bytes (held at
+//! the high-water mark by default, `--weight`).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::aggregate::{Frame, PathReport, ProcessReport, Report};
+use crate::aggregate::{Frame, PathReport, ProcessReport, Report, Weight};
+use crate::diagnose::Diagnosed;
 
 /// The `$schema` value every speedscope file carries.
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -59,26 +61,26 @@ struct SampledProfile {
 }
 
 /// Writes `report` as a speedscope file (compact JSON and a newline): one
-/// sampled profile per process with sampled growth (in the order of
-/// [`Report::processes`], named `<command> (tgid N)`), one sample per
-/// growth path weighted by its sampled growth in bytes, `endValue` the
-/// process's total. The profile shown first is the process with the most
-/// sampled growth. Deterministic: frames are numbered in order of first use.
+/// sampled profile per process image with `weight` bytes (in the order of
+/// [`Report::processes`], named `<command> (tgid N)`), one sample per path
+/// weighted by its `weight` bytes, `endValue` the image's total. The profile
+/// shown first is the image with the most bytes. Deterministic: frames are
+/// numbered in order of first use.
 ///
 /// # Errors
 /// Any error of `out`.
-pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
-    let file = build(report);
+pub fn render(report: &Diagnosed, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
+    let file = build(report, weight);
     serde_json::to_writer(&mut *out, &file)?;
     writeln!(out)
 }
 
-fn build(report: &Report) -> File<'_> {
+fn build(report: &Diagnosed, weight: Weight) -> File<'_> {
     let mut frames = FrameTable::default();
     let mut profiles = Vec::new();
     let mut active = (0, 0);
     for process in &report.processes {
-        let Some(profile) = profile(report, process, &mut frames) else {
+        let Some(profile) = profile(report, process, weight, &mut frames) else {
             continue;
         };
         if profile.end_value > active.1 {
@@ -92,7 +94,7 @@ fn build(report: &Report) -> File<'_> {
             frames: frames.frames,
         },
         profiles,
-        name: file_name(report),
+        name: file_name(report, weight),
         active_profile_index: active.0,
         exporter: format!("memtrace {}", env!("CARGO_PKG_VERSION")),
     }
@@ -100,9 +102,10 @@ fn build(report: &Report) -> File<'_> {
 
 /// The file's name, shown as speedscope's title: the run, and the top
 /// diagnosis finding's summary when there is one.
-fn file_name(report: &Report) -> String {
+fn file_name(report: &Diagnosed, weight: Weight) -> String {
     let run = format!(
-        "memtrace: sampled memory growth of `{}`",
+        "memtrace: memory {} by `{}`",
+        weight.describe(),
         report.meta.command
     );
     match report.diagnosis.first() {
@@ -111,16 +114,17 @@ fn file_name(report: &Report) -> String {
     }
 }
 
-/// The profile of `process`; `None` when it has no sampled growth.
+/// The profile of `process`; `None` when it has no `weight` bytes.
 fn profile<'a>(
     report: &'a Report,
     process: &ProcessReport,
+    weight: Weight,
     frames: &mut FrameTable<'a>,
 ) -> Option<SampledProfile> {
     let paths: Vec<&PathReport> = report
         .paths
         .iter()
-        .filter(|p| p.tgid == process.tgid && p.bytes.growth_bytes > 0)
+        .filter(|p| p.process == process.id && p.weight_bytes(weight) > 0)
         .collect();
     if paths.is_empty() {
         return None;
@@ -135,10 +139,10 @@ fn profile<'a>(
                 .collect()
         })
         .collect();
-    let weights: Vec<u64> = paths.iter().map(|p| p.bytes.growth_bytes).collect();
+    let weights: Vec<u64> = paths.iter().map(|p| p.weight_bytes(weight)).collect();
     Some(SampledProfile {
         kind: "sampled",
-        name: format!("{} (tgid {})", process.label(), process.tgid),
+        name: format!("{} ({})", process.label(), process.name()),
         unit: "bytes",
         start_value: 0,
         end_value: weights.iter().fold(0, |sum: u64, w| sum.saturating_add(*w)),
@@ -185,8 +189,8 @@ fn speedscope_frame(frame: &Frame) -> SpeedscopeFrame<'_> {
             file: None,
             line: None,
         },
-        Frame::Unknown { reason } => SpeedscopeFrame {
-            name: format!("[{reason}]"),
+        Frame::Mapping { .. } | Frame::Unknown { .. } => SpeedscopeFrame {
+            name: frame.to_string(),
             file: None,
             line: None,
         },

@@ -1,17 +1,20 @@
 //! Terminal renderer of the report step: the summary a user reads when
 //! tracing stops. The diagnosis first (each finding with its evidence, code
-//! paths and next step), then processes by RSS growth, then the top growth
-//! paths merged
-//! across processes (a leak a pre-fork service repeats in every worker ranks
-//! by its total), a shorter per-process list, the copy-on-write paths, each
-//! with its frames, then data-quality lines, warnings and where the files
-//! went.
+//! paths and next step), then processes by RSS growth (each image of each
+//! process, with how it ended), then the top paths merged across processes
+//! (a leak a pre-fork service repeats in every worker ranks by its total)
+//! with the bytes each held at the high-water mark, held at the end and
+//! grew, a shorter per-process list, the copy-on-write paths, each with its
+//! frames, then data-quality lines, warnings and where the files went.
 
 use std::io::{self, Write};
 
-use super::{format_bytes, format_signed_bytes, text, WrittenFiles};
-use crate::aggregate::{Frame, PathReport, ProcessReport, Report, StackGrowthReport};
-use crate::diagnose::Finding;
+use super::{text, RenderOptions, WrittenFiles};
+use crate::aggregate::{
+    Frame, PathReport, ProcessId, ProcessReport, Report, SampledBytes, StackGrowthReport, Weight,
+};
+use crate::diagnose::{Diagnosed, Finding};
+use crate::units::{format_bytes, format_signed_bytes};
 
 /// Most Python frames printed per path (innermost ones); the rest are counted.
 const MAX_FRAMES_SHOWN: usize = 12;
@@ -20,29 +23,30 @@ const MAX_FRAMES_SHOWN: usize = 12;
 /// list above it is the one `top` sizes.
 const MAX_PER_PROCESS_PATHS: usize = 5;
 
-/// Most tgids named per merged path; the rest are counted.
+/// Most processes named per merged path; the rest are counted.
 const MAX_TGIDS_SHOWN: usize = 8;
 
 /// Nanoseconds per second, for durations shown in seconds.
 const NS_PER_S: f64 = 1e9;
 
 /// Writes the terminal summary of `report` to `out`: the diagnosis, a
-/// header line, the process table (sorted by RSS growth), the run totals, the `top` growth
-/// paths merged across processes, the `min(top, 5)` largest (process,
-/// stack) growth paths (that many in total, not per process) and the `top`
-/// copy-on-write paths (each with its frames, innermost Python frame first
-/// and the native frame under them), the record counts, the warnings and the
-/// paths of `written`.
+/// header line, the process table (sorted by RSS growth), the run totals,
+/// the `options.top` paths merged across processes, the `min(top, 5)`
+/// largest (process, stack) paths (that many in total, not per process),
+/// both ranked by `options.weight` and showing all three measures, and the
+/// `top` copy-on-write paths (each with its frames, innermost Python frame
+/// first and the native frame under them), the record counts, the warnings
+/// and the paths of `written`.
 ///
 /// # Errors
 /// Any error of `out` (e.g. a closed pipe).
 pub fn render(
-    report: &Report,
-    top: usize,
+    report: &Diagnosed,
+    options: &RenderOptions,
     written: &WrittenFiles,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    render_summary(report, top, out)?;
+    render_summary(report, options, out)?;
     files(written, out)
 }
 
@@ -50,13 +54,18 @@ pub fn render(
 ///
 /// # Errors
 /// Any error of `out`.
-pub fn render_summary(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
+pub fn render_summary(
+    report: &Diagnosed,
+    options: &RenderOptions,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let (top, weight) = (options.top, options.weight);
     diagnosis(report, out)?;
     header(report, out)?;
     processes(report, out)?;
     totals(report, out)?;
-    growth_stacks(report, top, out)?;
-    growth_paths(report, top.min(MAX_PER_PROCESS_PATHS), out)?;
+    growth_stacks(report, weight, top, out)?;
+    growth_paths(report, weight, top.min(MAX_PER_PROCESS_PATHS), out)?;
     cow_paths(report, top, out)?;
     records(report, out)?;
     for warning in &report.warnings {
@@ -67,7 +76,7 @@ pub fn render_summary(report: &Report, top: usize, out: &mut dyn Write) -> io::R
 
 /// The findings, most important first, then a blank line; nothing when the
 /// report was not diagnosed.
-fn diagnosis(report: &Report, out: &mut dyn Write) -> io::Result<()> {
+fn diagnosis(report: &Diagnosed, out: &mut dyn Write) -> io::Result<()> {
     let findings = &report.diagnosis;
     if findings.is_empty() {
         return Ok(());
@@ -126,16 +135,47 @@ fn header(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 
 fn processes(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
-    writeln!(out, "Processes (by RSS growth)")?;
     writeln!(
         out,
-        "{:>7}  {:<6}  {:>10}   {:>10}  {:>10}  {:>11}  {:>10}  {:<11}  COMMAND",
-        "TGID", "ROLE", "RSS START", "END", "PEAK", "GROWTH", "COW", "PYTHON"
+        "Processes (by RSS growth; an image ends when it exec'd or began to exit, before the \
+         interpreter and the kernel gave its memory back)"
+    )?;
+    writeln!(
+        out,
+        "{:>9}  {:<6}  {:>10}   {:>10}  {:>10}  {:>11}  {:>10}  {:>10}  {:<11}  {:<14}  COMMAND",
+        "TGID", "ROLE", "RSS START", "END", "PEAK", "GROWTH", "USS END", "COW", "PYTHON", "ENDED"
     )?;
     for p in &report.processes {
         process_row(p, out)?;
     }
     Ok(())
+}
+
+/// The TGID column: `4312`, `4312#2` for a reused tgid, `4312.1` for the
+/// image after an execve.
+fn process_column(p: &ProcessReport) -> String {
+    let mut column = p.tgid.to_string();
+    if p.instance > 1 {
+        column.push_str(&format!("#{}", p.instance));
+    }
+    if p.image > 0 || p.next_image.is_some() {
+        column.push_str(&format!(".{}", p.image));
+    }
+    column
+}
+
+/// How an image ended: `alive`, `exec'd`, `exit 0`, `SIGKILL`, or `exiting`
+/// when its exit began but was not seen to finish.
+fn ended_text(p: &ProcessReport) -> String {
+    if p.exec_ns.is_some() {
+        return "exec'd".to_owned();
+    }
+    match (p.exit_status, p.exit_began_ns, p.exited_ns) {
+        (Some(status), _, _) => status.to_string(),
+        (None, _, Some(_)) => "exited (?)".to_owned(),
+        (None, Some(_), None) => "exiting".to_owned(),
+        (None, None, None) => "alive".to_owned(),
+    }
 }
 
 fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
@@ -151,22 +191,24 @@ fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
             )
         },
     );
+    let uss = p
+        .sharing
+        .map_or_else(dash, |s| format_bytes(s.end_uss_bytes));
     let cow = p
         .counters
         .map_or_else(dash, |c| format_bytes(c.cow_fault_bytes));
     let mut command = p.label();
-    if let Some(exited_ns) = p.exited_ns {
-        command.push_str(&format!(
-            " (exited at {:.1} s)",
-            exited_ns as f64 / NS_PER_S
-        ));
+    if let Some(ended_ns) = p.ended_ns() {
+        command.push_str(&format!(" (ended at {:.1} s)", ended_ns as f64 / NS_PER_S));
     }
     writeln!(
         out,
-        "{:>7}  {:<6}  {start:>10} → {end:>10}  {peak:>10}  {growth:>11}  {cow:>10}  {:<11}  {command}",
-        p.tgid,
+        "{:>9}  {:<6}  {start:>10} → {end:>10}  {peak:>10}  {growth:>11}  {uss:>10}  {cow:>10}  \
+         {:<11}  {:<14}  {command}",
+        process_column(p),
         p.role.to_string(),
         text::python_text(p.python.as_ref(), false),
+        ended_text(p),
     )
 }
 
@@ -183,10 +225,19 @@ fn totals(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         format_bytes(t.live_rss_end_bytes),
         format_bytes(t.peak_total_rss_bytes),
     )?;
+    if t.peak_total_pss_bytes > 0 {
+        writeln!(
+            out,
+            "Proportional (PSS, shared pages counted once): {} at the end, highest sum {}",
+            format_bytes(t.live_pss_end_bytes),
+            format_bytes(t.peak_total_pss_bytes),
+        )?;
+    }
     writeln!(
         out,
-        "Exact counters: resident anonymous growth {}, copy-on-write {}",
+        "Exact counters: resident anonymous growth {}, file-backed growth {}, copy-on-write {}",
         format_bytes(t.anon_growth_bytes),
+        format_bytes(t.file_growth_bytes),
         format_bytes(t.cow_fault_bytes),
     )
 }
@@ -223,19 +274,38 @@ fn ranked_section<T>(
     }
 }
 
-fn growth_stacks(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
+fn growth_stacks(
+    report: &Report,
+    weight: Weight,
+    top: usize,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     ranked_section(
-        "Top growth paths across processes \
-         (sampled resident anonymous growth summed over processes; innermost frame first)",
-        report.top_growth_stacks(top),
+        &format!(
+            "Top paths across processes (sampled, summed over processes, by bytes {}; \
+             innermost frame first)",
+            weight.describe()
+        ),
+        &report.top_stacks(weight, top),
         Some(NO_GROWTH),
         out,
         |rank, stack, out| stack_entry(report, rank, stack, out),
     )
 }
 
-/// One ranked merged path: bytes, share of all sampled growth, the processes
-/// it grew in, then its frames.
+/// The three measures of a path: `12.0 MiB held at peak, 11.0 MiB at end,
+/// 40.0 MiB grown`.
+fn measures(peak_held_bytes: u64, bytes: &SampledBytes) -> String {
+    format!(
+        "{:>10} held at peak {:>10} at end {:>10} grown",
+        format_bytes(peak_held_bytes),
+        format_bytes(bytes.held_now_bytes()),
+        format_bytes(bytes.grown_bytes()),
+    )
+}
+
+/// One ranked merged path: its measures, share of all bytes held at peak,
+/// the processes it grew in, then its frames.
 fn stack_entry(
     report: &Report,
     rank: usize,
@@ -244,44 +314,55 @@ fn stack_entry(
 ) -> io::Result<()> {
     writeln!(
         out,
-        "{rank:>3}. {:>10}  {:>5.1}% of all sampled growth  in {} ({})",
-        format_bytes(stack.bytes.growth_bytes),
-        stack.growth_share * 100.0,
+        "{rank:>3}. {}  {:>5.1}% of all held at peak  in {} ({})",
+        measures(stack.peak_held_bytes, &stack.bytes),
+        stack.peak_held_share * 100.0,
         counted(
-            u64::try_from(stack.tgids.len()).unwrap_or(u64::MAX),
+            u64::try_from(stack.processes.len()).unwrap_or(u64::MAX),
             "process",
             "processes"
         ),
-        tgid_list(&stack.tgids),
+        process_list(report, &stack.processes),
     )?;
     frame_lines(report.frames(stack.stack), out)
 }
 
 /// `tgid 1, 2, 3`, at most [`MAX_TGIDS_SHOWN`] named, then `… N more`.
-fn tgid_list(tgids: &[u32]) -> String {
-    let shown: Vec<String> = tgids
+fn process_list(report: &Report, processes: &[ProcessId]) -> String {
+    let shown: Vec<String> = processes
         .iter()
         .take(MAX_TGIDS_SHOWN)
-        .map(u32::to_string)
+        .map(|&id| report.process(id).map_or_else(|| "?".to_owned(), process_column))
         .collect();
     let mut list = format!("tgid {}", shown.join(", "));
-    if tgids.len() > MAX_TGIDS_SHOWN {
-        list.push_str(&format!(", … {} more", tgids.len() - MAX_TGIDS_SHOWN));
+    if processes.len() > MAX_TGIDS_SHOWN {
+        list.push_str(&format!(", … {} more", processes.len() - MAX_TGIDS_SHOWN));
     }
     list
 }
 
-fn growth_paths(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
-    let paths: Vec<&PathReport> = report.top_growth_paths(top).collect();
+fn growth_paths(
+    report: &Report,
+    weight: Weight,
+    top: usize,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let paths = report.top_paths(weight, top);
     ranked_section(
-        "Top growth paths per process \
-         (sampled resident anonymous growth; innermost frame first)",
+        &format!(
+            "Top paths per process (sampled, by bytes {}; innermost frame first)",
+            weight.describe()
+        ),
         &paths,
         Some(NO_GROWTH),
         out,
         |rank, path, out| {
-            let bytes = (path.bytes.growth_bytes, path.growth_share);
-            path_entry(report, rank, path, bytes, "growth", out)
+            let line = format!(
+                "{}  {:>5.1}% of its held at peak",
+                measures(path.peak_held_bytes, &path.bytes),
+                path.peak_held_share * 100.0
+            );
+            path_entry(report, rank, path, &line, out)
         },
     )
 }
@@ -293,30 +374,29 @@ fn cow_paths(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()>
         None,
         out,
         |rank, path, out| {
-            let bytes = (path.bytes.cow_bytes, path.cow_share);
-            path_entry(report, rank, path, bytes, "copy-on-write", out)
+            let line = format!(
+                "{:>10}  {:>5.1}% of its sampled copy-on-write",
+                format_bytes(path.bytes.cow_bytes),
+                path.cow_share * 100.0
+            );
+            path_entry(report, rank, path, &line, out)
         },
     )
 }
 
-/// One ranked path: `(bytes, share)` of the measure named `what`, then its
-/// frames.
+/// One ranked path: its measures `line`, the process, then its frames.
 fn path_entry(
     report: &Report,
     rank: usize,
     path: &PathReport,
-    (bytes, share): (u64, f64),
-    what: &str,
+    line: &str,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    let command = report.label(path.tgid);
-    writeln!(
-        out,
-        "{rank:>3}. {:>10}  {:>5.1}% of tgid {}'s sampled {what}  {command}",
-        format_bytes(bytes),
-        share * 100.0,
-        path.tgid,
-    )?;
+    let process = report
+        .process(path.process)
+        .map_or_else(|| "?".to_owned(), process_column);
+    let command = report.label(path.process);
+    writeln!(out, "{rank:>3}. {line}  tgid {process}  {command}")?;
     frame_lines(report.frames(path.stack), out)
 }
 
@@ -364,7 +444,8 @@ fn records(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 fn files(written: &WrittenFiles, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
-        "Folded stacks: {}  (flame graph: inferno-flamegraph --countname bytes {} > memtrace.svg)",
+        "Folded stacks (bytes held at peak): {}  \
+         (flame graph: inferno-flamegraph --countname bytes {} > memtrace.svg)",
         written.folded.display(),
         written.folded.display(),
     )?;

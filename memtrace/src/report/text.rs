@@ -16,16 +16,21 @@ pub(crate) fn pattern_name(pattern: Pattern) -> &'static str {
         Pattern::WorkerMultiplication => "worker multiplication",
         Pattern::Spike => "spike",
         Pattern::Retention => "retention",
+        Pattern::FileBackedGrowth => "file-backed growth",
+        Pattern::CowUnsharing => "copy-on-write un-sharing",
         Pattern::UnmatchedGrowth => "unmatched growth",
         Pattern::NoGrowth => "no growth",
     }
 }
 
-/// What a finding is about: `the process tree` or `tgid N (command)`.
+/// What a finding is about: `the process tree` or `tgid N (command)` (with
+/// `#2` for a reused tgid and the image after an execve).
 pub(crate) fn scope_text(report: &Report, scope: Scope) -> String {
     match scope {
         Scope::Tree => "the process tree".to_owned(),
-        Scope::Process { tgid } => format!("tgid {tgid} ({})", report.label(tgid)),
+        Scope::Process { process, .. } => {
+            format!("{} ({})", report.name(process), report.label(process))
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Human-readable byte sizes for the report renderers (binary units).
+//! Human-readable byte sizes (binary units), shared by every step that
+//! prints sizes: the diagnosis, the reports, the live view and `diff`.
 
 /// Binary units after bytes.
 const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];

@@ -1,0 +1,102 @@
+//! Exact per-process counters (`PROCESSES` map value), kept in the kernel
+//! with no record per event, read periodically by userspace and copied into
+//! the exec, exit-begin and exit records at those moments.
+
+/// Members of `kmem:rss_stat` (`NR_MM_COUNTERS`): `MM_FILEPAGES` = 0,
+/// `MM_ANONPAGES` = 1, `MM_SWAPENTS` = 2, `MM_SHMEMPAGES` = 3, from
+/// include/linux/mm_types_task.h.
+pub const RSS_MEMBER_COUNT: usize = 4;
+/// `rss_stat` member index of file pages.
+pub const MM_FILEPAGES: usize = 0;
+/// `rss_stat` member index of anonymous pages.
+pub const MM_ANONPAGES: usize = 1;
+/// `rss_stat` member index of swap entries.
+pub const MM_SWAPENTS: usize = 2;
+/// `rss_stat` member index of shmem pages.
+pub const MM_SHMEMPAGES: usize = 3;
+/// [`ProcessCounters::rss_known`] with every member known.
+pub const RSS_ALL_KNOWN: u64 = (1 << RSS_MEMBER_COUNT) - 1;
+
+/// Value of [`crate::PROCESSES_MAP`]: exact counters of one image of one
+/// traced process (execve restarts them). All sizes in bytes. Counters are
+/// added atomically.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessCounters {
+    /// Latest `kmem:rss_stat` size per member (index `MM_*`), in bytes;
+    /// valid only where the `rss_known` bit is set.
+    pub rss_bytes: [u64; RSS_MEMBER_COUNT],
+    /// Bit `1 << MM_*` set once `rss_bytes[MM_*]` holds a value (from
+    /// `rss_stat`, from the child's `mm` at fork, or written by userspace
+    /// from /proc at attach).
+    pub rss_known: u64,
+    /// High-water mark of file + anon + shmem RSS seen by `rss_stat`.
+    pub rss_peak_bytes: u64,
+    /// Sum of `MM_ANONPAGES` increases (resident anonymous growth).
+    pub anon_growth_bytes: u64,
+    /// Sum of `MM_ANONPAGES` decreases (anonymous memory released).
+    pub anon_release_bytes: u64,
+    /// Sum of `MM_FILEPAGES` increases (file pages mapped resident).
+    pub file_growth_bytes: u64,
+    /// Sum of `MM_FILEPAGES` decreases.
+    pub file_release_bytes: u64,
+    /// Sum of `MM_SHMEMPAGES` increases (shared memory mapped resident).
+    pub shmem_growth_bytes: u64,
+    /// Sum of `MM_SHMEMPAGES` decreases.
+    pub shmem_release_bytes: u64,
+    /// Copy-on-write write faults times the page size.
+    pub cow_fault_bytes: u64,
+    /// `exceptions:page_fault_user` events seen.
+    pub page_faults: u64,
+    /// Bytes mapped by successful `mmap`.
+    pub mmap_bytes: u64,
+    /// Bytes unmapped by successful `munmap`.
+    pub munmap_bytes: u64,
+    /// Net growth from `mremap` calls that grew a mapping.
+    pub mremap_grow_bytes: u64,
+    /// Net shrink from `mremap` calls that shrank a mapping.
+    pub mremap_shrink_bytes: u64,
+    /// Heap growth by `brk`.
+    pub brk_grow_bytes: u64,
+    /// Heap shrink by `brk`.
+    pub brk_shrink_bytes: u64,
+    /// Bytes given back with `madvise(MADV_DONTNEED | MADV_FREE |
+    /// MADV_REMOVE | MADV_DONTNEED_LOCKED)`.
+    pub madvise_free_bytes: u64,
+    /// mmap/munmap/mremap/brk/madvise calls seen.
+    pub syscalls: u64,
+    /// Current program break (end of the heap), 0 until first seen.
+    pub brk_end: u64,
+    /// Non-zero once the process began to exit (an
+    /// [`crate::ExitBeginRecord`] was sent); reset by execve.
+    pub exit_begun: u64,
+    /// tgid of the parent as seen at fork (0 for a process added by userspace).
+    pub parent_tgid: u32,
+    /// `kmem:rss_stat` `mm_id` (a hash of the `mm_struct` address) of the
+    /// address space the RSS values belong to; 0 until the first event.
+    /// Events of another `mm_id` (the new image of an execve, before
+    /// `sched_process_exec` restarts the counters) are not counted.
+    pub mm_id: u32,
+}
+
+impl ProcessCounters {
+    /// file + anon + shmem resident bytes, counting unknown members as 0.
+    pub const fn rss_total_bytes(&self) -> u64 {
+        self.rss_member_bytes(MM_FILEPAGES)
+            + self.rss_member_bytes(MM_ANONPAGES)
+            + self.rss_member_bytes(MM_SHMEMPAGES)
+    }
+
+    /// `rss_bytes[member]` when known, else 0 (`member < RSS_MEMBER_COUNT`).
+    pub const fn rss_member_bytes(&self, member: usize) -> u64 {
+        if self.rss_known & (1 << member) != 0 {
+            self.rss_bytes[member]
+        } else {
+            0
+        }
+    }
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<ProcessCounters>() == 8 * 24 + 8);
+};

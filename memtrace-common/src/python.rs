@@ -1,0 +1,89 @@
+//! The CPython layout of one traced process (`PY_PROCESSES` map value): how
+//! the BPF stack walk finds the current thread's frames. Filled by userspace
+//! (`memtrace::python`).
+
+/// Most Python frames one stack walk records; deeper stacks are cut at the
+/// innermost `MAX_FRAMES` frames and flagged [`STACK_TRUNCATED`].
+pub const MAX_FRAMES: usize = 64;
+
+/// [`crate::MemoryRecord::stack_status`] bit: the stack had more than
+/// [`MAX_FRAMES`] frames; the outermost ones are missing.
+pub const STACK_TRUNCATED: u32 = 1 << 0;
+/// Bit: a read of the frame chain failed (page not resident or garbage);
+/// the frames before the failure are kept.
+pub const STACK_READ_ERROR: u32 = 1 << 1;
+/// Bit: the process has no [`PyProcessInfo`] (not Python, or not probed yet).
+pub const STACK_NO_PYTHON: u32 = 1 << 2;
+/// Bit: the thread has no Python thread state (a native thread, or Python
+/// not initialised yet).
+pub const STACK_NO_THREAD_STATE: u32 = 1 << 3;
+
+/// One Python frame as read in BPF, innermost first in
+/// [`crate::MemoryRecord::frames`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PyFrame {
+    /// Address of the frame's `PyCodeObject` in the traced process.
+    pub code_addr: u64,
+    /// Index of the current instruction in code units (`_Py_CODEUNIT`, 2
+    /// bytes) from `co_code_adaptive`; -1 when the frame has not started.
+    pub instr_index: i32,
+    /// `co_firstlineno` read from the code object in BPF: userspace accepts a
+    /// cached code object only if this matches (guards against address reuse).
+    pub first_lineno: u32,
+}
+
+/// Offsets (bytes) into CPython's internal structs that the BPF frame walk
+/// needs, for one minor version. Filled by userspace from its version table
+/// (`memtrace::python::offsets`); sources are given there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyOffsets {
+    /// `PyThreadState.cframe` (3.11, 3.12), or [`NO_OFFSET`] when the thread
+    /// state points at the current frame directly (3.13+).
+    pub tstate_cframe: u16,
+    /// `_PyCFrame.current_frame` when `tstate_cframe` is set, else
+    /// `PyThreadState.current_frame`.
+    pub current_frame: u16,
+    /// `_PyInterpreterFrame.f_code` / `f_executable`.
+    pub frame_code: u16,
+    /// `_PyInterpreterFrame.previous`.
+    pub frame_previous: u16,
+    /// `_PyInterpreterFrame.prev_instr` / `instr_ptr`.
+    pub frame_instr_ptr: u16,
+    /// `_PyInterpreterFrame.owner` (u8).
+    pub frame_owner: u16,
+    /// Frames whose `owner` is >= this are interpreter entry frames and are
+    /// skipped (3 = `FRAME_OWNED_BY_CSTACK` on 3.12+); [`NO_OFFSET`] on 3.11.
+    pub owner_skip_min: u16,
+    /// `PyCodeObject.co_firstlineno` (i32).
+    pub code_firstlineno: u16,
+    /// `PyCodeObject.co_code_adaptive` (= `PyCode_Type.tp_basicsize`).
+    pub code_adaptive: u16,
+    /// Always zero.
+    pub _pad: [u16; 3],
+}
+
+/// "No such field" in [`PyOffsets`].
+pub const NO_OFFSET: u16 = u16::MAX;
+
+/// Value of [`crate::PY_PROCESSES_MAP`]: how to walk one process's Python
+/// stacks. Copied to a child by the fork program (same address space layout).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyProcessInfo {
+    /// `PY_VERSION_HEX` of the interpreter (e.g. `0x030b07f0` for 3.11.7).
+    pub version_hex: u32,
+    /// pthread TSS key of `_PyRuntime.autoTSSkey`; the BPF program reads the
+    /// thread state at `fsbase + 0x310 + 16 * key + 8` (glibc x86-64, key < 32,
+    /// see notes/python-stacks.md §4).
+    pub tss_key: u32,
+    /// Struct offsets for this version.
+    pub offsets: PyOffsets,
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<PyFrame>() == 16);
+    assert!(core::mem::size_of::<PyOffsets>() == 24);
+    assert!(core::mem::size_of::<PyProcessInfo>() == 32);
+};

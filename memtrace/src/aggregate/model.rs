@@ -1,0 +1,304 @@
+//! The aggregation step's vocabulary: what a process is ([`ProcessId`],
+//! [`ProcessStart`]), how it ended ([`ExitStatus`], [`ExitBegin`]), what a
+//! frame of a call stack is ([`Frame`]) and whether Python stacks can be
+//! read in it ([`PythonStatus`]).
+
+use std::fmt;
+
+use memtrace_common::ProcessCounters;
+use serde::{Deserialize, Serialize};
+
+use crate::python::PyLocation;
+
+/// One traced image of one process: the aggregator's row id, handed out in
+/// order of appearance from 0 ([`crate::aggregate::Aggregator::process_started`],
+/// and a new one per execve). The process itself is `(tgid, start time)`
+/// ([`crate::aggregate::ProcessReport::tgid`] and `start_time_ns`); a tgid
+/// reused by the kernel is a new process with a new id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ProcessId(pub u32);
+
+impl ProcessId {
+    /// The id as a vector index.
+    pub(crate) fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for ProcessId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "p{}", self.0)
+    }
+}
+
+/// One frame of a call stack after symbolization. JSON form:
+/// `{"kind": "python", "function": .., "file": .., "line": ..}`,
+/// `{"kind": "native", "symbol": ..}`, `{"kind": "mapping", "mapping": ..,
+/// "name": ..}` or `{"kind": "unknown", "reason": ..}`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Frame {
+    /// A Python function at the line being executed.
+    Python {
+        /// Qualified function name.
+        function: String,
+        /// Source file as the code object names it.
+        file: String,
+        /// Line number (1-based).
+        line: u32,
+    },
+    /// A native instruction, symbolized.
+    Native {
+        /// Symbol name (or module+offset when no symbol was found).
+        symbol: String,
+    },
+    /// The memory mapping a file-backed or shared-memory page belongs to:
+    /// the innermost frame of growth that is not anonymous memory.
+    Mapping {
+        /// File-backed page cache or shared memory.
+        mapping: MappingKind,
+        /// The mapped file's path as /proc/PID/maps names it (`?` when the
+        /// mapping could not be read).
+        name: String,
+    },
+    /// A frame that could not be read or was cut off.
+    Unknown {
+        /// Why, e.g. "stack truncated".
+        reason: String,
+    },
+}
+
+/// What a [`Frame::Mapping`] maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MappingKind {
+    /// Pages of a regular file (page cache the kernel can reclaim).
+    File,
+    /// Shared memory (shmem, tmpfs, memfd, shared anonymous mappings).
+    Shmem,
+}
+
+impl fmt::Display for Frame {
+    /// `function (file:line)`, `symbol`, `[file NAME]` / `[shmem NAME]`, or
+    /// `[reason]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Python {
+                function,
+                file,
+                line,
+            } => write!(f, "{function} ({file}:{line})"),
+            Self::Native { symbol } => f.write_str(symbol),
+            Self::Mapping { mapping, name } => match mapping {
+                MappingKind::File => write!(f, "[file {name}]"),
+                MappingKind::Shmem => write!(f, "[shmem {name}]"),
+            },
+            Self::Unknown { reason } => write!(f, "[{reason}]"),
+        }
+    }
+}
+
+impl From<PyLocation> for Frame {
+    /// The Python frame at `location`.
+    fn from(location: PyLocation) -> Self {
+        Self::Python {
+            function: location.function,
+            file: location.file,
+            line: location.line,
+        }
+    }
+}
+
+/// Why a process is traced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A process memtrace was asked to trace.
+    Root,
+    /// A forked descendant of a traced process.
+    Worker,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Root => "root",
+            Self::Worker => "worker",
+        })
+    }
+}
+
+/// Whether Python stacks can be read in a process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum PythonStatus {
+    /// A supported CPython; stacks are read.
+    Python {
+        /// Interpreter version, e.g. "3.12.1".
+        version: String,
+    },
+    /// No Python interpreter in the process.
+    NotPython,
+    /// Python, but its stacks cannot be read.
+    Unsupported {
+        /// Why, e.g. "Python 3.10 is not supported".
+        reason: String,
+    },
+}
+
+impl PythonStatus {
+    /// Why there are no Python stacks; `None` for a supported interpreter.
+    pub fn missing_reason(&self) -> Option<String> {
+        match self {
+            Self::Python { .. } => None,
+            Self::NotPython => Some("not a Python process".to_owned()),
+            Self::Unsupported { reason } => Some(reason.clone()),
+        }
+    }
+}
+
+/// A process entered the trace: a target at attach, a fork's child, or
+/// `memtrace run`'s command (also a line of a capture file).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStart {
+    /// Its tgid.
+    pub tgid: u32,
+    /// When it started, CLOCK_BOOTTIME nanoseconds (the kernel's
+    /// `task_struct.start_boottime` for a fork's child; `/proc/PID/stat`
+    /// field 22 times 10 ms for a process that was already running). With
+    /// the tgid, the process's identity.
+    pub start_time_ns: u64,
+    /// The traced process it was forked from, when known.
+    pub parent: Option<ProcessId>,
+    /// Root or worker.
+    pub role: Role,
+    /// Its command line.
+    pub cmdline: String,
+    /// When it entered the trace (CLOCK_MONOTONIC ns, the records' clock).
+    pub ts_ns: u64,
+    /// Its counters then: the RSS it starts from (inherited at fork, read
+    /// from /proc at attach, unknown for `run`'s command before its execve).
+    #[serde(with = "crate::aggregate::CountersDef")]
+    pub counters: ProcessCounters,
+}
+
+/// How a process ended, as `wait(2)` would tell its parent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum ExitStatus {
+    /// It exited with this status (0-255).
+    Code {
+        /// The exit status.
+        code: u8,
+    },
+    /// A signal killed it.
+    Signal {
+        /// The signal number.
+        signal: u8,
+        /// Whether it dumped core.
+        core_dumped: bool,
+    },
+}
+
+impl ExitStatus {
+    /// Decodes `task_struct.exit_code` (the `wait(2)` status word: `code <<
+    /// 8`, or the signal number with 0x80 for a core dump).
+    pub fn from_wait_status(raw: u32) -> Self {
+        let signal = (raw & 0x7f) as u8;
+        if signal == 0 {
+            Self::Code {
+                code: ((raw >> 8) & 0xff) as u8,
+            }
+        } else {
+            Self::Signal {
+                signal,
+                core_dumped: raw & 0x80 != 0,
+            }
+        }
+    }
+
+    /// What a shell reports as `$?`: the code, or 128 + the signal.
+    pub fn shell_status(self) -> u8 {
+        match self {
+            Self::Code { code } => code,
+            Self::Signal { signal, .. } => 128_u8.saturating_add(signal),
+        }
+    }
+}
+
+impl fmt::Display for ExitStatus {
+    /// `exit 3`, `SIGKILL`, `SIGSEGV (core dumped)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Code { code } => write!(f, "exit {code}"),
+            Self::Signal {
+                signal,
+                core_dumped,
+            } => {
+                match nix::sys::signal::Signal::try_from(i32::from(*signal)) {
+                    Ok(sig) => f.write_str(sig.as_str())?,
+                    Err(_) => write!(f, "signal {signal}")?,
+                }
+                if *core_dumped {
+                    f.write_str(" (core dumped)")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What began a process's exit (its memory is taken as it was then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitBegin {
+    /// CPython's finalization (`Py_FinalizeEx` / `Py_Exit`).
+    PythonFinalize,
+    /// `exit_group(2)` (C `exit()`, `os._exit()`).
+    ExitGroup,
+    /// The exit record itself: a fatal signal, or no earlier sign.
+    Exit,
+}
+
+impl From<memtrace_common::ExitBeginReason> for ExitBegin {
+    fn from(reason: memtrace_common::ExitBeginReason) -> Self {
+        match reason {
+            memtrace_common::ExitBeginReason::PythonFinalize => Self::PythonFinalize,
+            memtrace_common::ExitBeginReason::ExitGroup => Self::ExitGroup,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_statuses_decode_like_a_shell() {
+        assert_eq!(
+            ExitStatus::from_wait_status(3 << 8),
+            ExitStatus::Code { code: 3 }
+        );
+        let killed = ExitStatus::from_wait_status(9);
+        assert_eq!(killed.shell_status(), 137);
+        assert_eq!(killed.to_string(), "SIGKILL");
+        let segv = ExitStatus::from_wait_status(11 | 0x80);
+        assert_eq!(segv.shell_status(), 139);
+        assert_eq!(segv.to_string(), "SIGSEGV (core dumped)");
+        assert_eq!(ExitStatus::from_wait_status(0).to_string(), "exit 0");
+    }
+
+    #[test]
+    fn frames_display_as_in_the_report() {
+        let mapping = Frame::Mapping {
+            mapping: MappingKind::File,
+            name: "/data/big.bin".to_owned(),
+        };
+        assert_eq!(mapping.to_string(), "[file /data/big.bin]");
+        let unknown = Frame::Unknown {
+            reason: "no thread state".to_owned(),
+        };
+        assert_eq!(unknown.to_string(), "[no thread state]");
+    }
+}

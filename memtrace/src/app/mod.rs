@@ -1,0 +1,86 @@
+//! Wires the data flow together for each command. `record` and `run`
+//! ([`session`]): load and attach the eBPF programs, add the targets, then
+//! loop: drain the ring buffer and turn each record into the aggregation
+//! step's calls ([`records`]), sample the kernel's per-process counters,
+//! probe new processes for CPython ([`probing`]), show progress; on stop,
+//! diagnose and write and print the report ([`output`]). `report` replays a
+//! capture into the same output; `diff` is `crate::diff`.
+
+mod output;
+mod probing;
+mod records;
+mod session;
+
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+
+use crate::aggregate::Role;
+use crate::cli::{Cli, Command, CommonArgs};
+use crate::process::{launch::spawn_held, proc};
+use session::Session;
+
+/// Runs the parsed command line.
+///
+/// # Errors
+/// Setup failures (privileges, kernel features, bad PID, command that cannot
+/// start) with an actionable message; the report is printed whenever tracing
+/// started.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Record(args) => record(args.pids, args.common).await,
+            Command::Run(args) => run_command(&args.command, args.common).await,
+            Command::Report(args) => output::report_command(&args),
+            Command::Diff(args) => crate::diff::run(&args),
+        }
+    })
+}
+
+/// `memtrace record --pid ...`: traces running processes and, unless
+/// `--no-follow-forks`, their existing descendants and later forks.
+async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
+    for &pid in &pids {
+        proc::check_exists(pid)?;
+    }
+    let command = format!("memtrace record --pid {}", join(&pids));
+    let (mut session, mut reader) = Session::start(&common, &command)?;
+    for &pid in &pids {
+        let root = session.add_running(pid, None, Role::Root)?;
+        if !common.no_follow_forks {
+            session.add_descendants(pid, root);
+        }
+    }
+    session.trace(&mut reader, &common, None).await?;
+    session.finish(&reader, &common, None)
+}
+
+/// `memtrace run -- CMD`: starts the command held before its execve, traces
+/// it from its first instruction, and exits with its status.
+async fn run_command(argv: &[std::ffi::OsString], common: CommonArgs) -> Result<ExitCode> {
+    let command = argv
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let (mut session, mut reader) = Session::start(&common, &command)?;
+    let held = spawn_held(argv)?;
+    session.add_launched(held.pid)?;
+    let mut child = held.release()?;
+    session
+        .trace(&mut reader, &common, Some(&mut child))
+        .await?;
+    let status = session::stop_child(&mut child);
+    session.finish(&reader, &common, status)
+}
+
+fn join(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(" --pid ")
+}

@@ -1,0 +1,91 @@
+//! CPython probing of traced processes: a process that appears or execs is
+//! probed on every drain for a short window (an interpreter initialises in
+//! milliseconds), then on every tick, until its layout is known. A Python
+//! process's layout goes to the kernel side (stack walks), its code objects
+//! to the resolver, and its binary gets the finalization uprobe (the start
+//! of its exit).
+
+use std::time::Duration;
+
+use super::session::Session;
+use crate::{
+    aggregate::PythonStatus,
+    process::{proc, PythonState},
+    python::{self, Probe},
+};
+
+/// How long after a process appears (or execs) it is probed for CPython on
+/// every drain rather than every tick: an interpreter initialises within
+/// milliseconds and a short script may be done growing soon after. A process
+/// with no CPython runtime by then counts as not Python (the dynamic loader
+/// may not have mapped libpython at the first probes).
+pub(super) const EAGER_PROBE_WINDOW: Duration = Duration::from_secs(1);
+
+impl Session {
+    /// Probes processes that appeared or exec'd within the eager window.
+    pub(super) fn probe_new_processes(&mut self) {
+        for (tgid, pending_for) in self.tree.pending_python() {
+            if pending_for < EAGER_PROBE_WINDOW {
+                self.probe_python(tgid);
+            }
+        }
+    }
+
+    /// Probes `tgid` for CPython once and records what was found.
+    pub(super) fn probe_python(&mut self, tgid: u32) {
+        match python::probe(tgid) {
+            Ok(Probe::Python(process)) => {
+                if let Err(err) = self.tracer.set_python(tgid, process.info) {
+                    let reason = err.to_string();
+                    self.set_python_status(tgid, PythonStatus::Unsupported { reason });
+                    return;
+                }
+                self.watch_finalization(&process.binary);
+                self.resolver.register(tgid, &process);
+                self.tree.set_py_info(tgid, process.info);
+                let version = process.version.to_string();
+                self.set_python_status(tgid, PythonStatus::Python { version });
+            }
+            Ok(Probe::NotPython) => {
+                if self.tree.note_no_runtime(tgid) >= EAGER_PROBE_WINDOW {
+                    self.set_python_status(tgid, PythonStatus::NotPython);
+                }
+            }
+            Ok(Probe::NotReady) => {}
+            Err(err) => {
+                if proc::check_exists(tgid).is_ok() {
+                    let reason = format!("{err:#}");
+                    self.set_python_status(tgid, PythonStatus::Unsupported { reason });
+                }
+            }
+        }
+    }
+
+    /// Attaches the finalization uprobe to `binary` (once per binary); a
+    /// failure costs only the precise end of those processes' lives (their
+    /// `exit_group` still marks it, after finalization), said once.
+    fn watch_finalization(&mut self, binary: &std::path::Path) {
+        match self.tracer.attach_python_finalize(binary) {
+            Ok(true) => {}
+            Ok(false) => eprintln!(
+                "memtrace: warning: `{}` has no Py_FinalizeEx/Py_Exit symbol: the end of its \
+                 processes is taken at exit_group, after the interpreter freed its objects",
+                binary.display()
+            ),
+            Err(err) => eprintln!(
+                "memtrace: warning: {:#}; the end of the processes of `{}` is taken at \
+                 exit_group, after the interpreter freed its objects",
+                anyhow::Error::from(err),
+                binary.display()
+            ),
+        }
+    }
+
+    /// Records a process's Python status in the tree and the report.
+    pub(super) fn set_python_status(&mut self, tgid: u32, status: PythonStatus) {
+        if let Some(id) = self.tree.id_of(tgid) {
+            self.recorder.python_status(id, status.clone());
+        }
+        self.tree.set_python(tgid, PythonState::Known(status));
+    }
+}

@@ -1,0 +1,316 @@
+//! Each decoded ring-buffer record turned into the aggregation step's calls:
+//! the process tree follows forks, execs and exits (a tgid maps to the row
+//! of its live process's current image); a sampled memory record gets its
+//! symbolized stack (Python frames, the native frame, the mapping of
+//! file-backed growth) and the pages it made resident; an address record
+//! releases or moves pages.
+
+use memtrace_common::{
+    AddressOp, AddressRecord, ExitBeginReason, ExitBeginRecord, ExitRecord, ForkRecord,
+    MemoryEvent, MemoryRecord, ProcessCounters, PyFrame, RSS_ALL_KNOWN, STACK_NO_PYTHON,
+    STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_TRUNCATED,
+};
+
+use super::session::Session;
+use crate::{
+    aggregate::{
+        ExitBegin, ExitStatus, Frame, MappingKind, MemorySample, ProcessStart, PythonStatus, Role,
+    },
+    capture::AddressChange,
+    events::Record,
+    process::{proc, PythonState},
+};
+
+/// Size of one page, in bytes.
+const PAGE: u64 = memtrace_common::PAGE_SIZE_BYTES;
+
+impl Session {
+    /// Applies one record.
+    pub(super) fn handle(&mut self, record: Record) {
+        match record {
+            Record::Fork(fork) => self.on_fork(&fork),
+            Record::Exec(exec) => self.on_exec(exec.header.tgid, exec.header.ts_ns, &exec.counters),
+            Record::ExitBegin(begin) => self.on_exit_begin(&begin),
+            Record::Exit(exit) => self.on_exit(&exit),
+            Record::Memory(memory) => self.on_memory(&memory),
+            Record::Address(address) => self.on_address(&address),
+        }
+    }
+
+    /// A traced process forked: the child starts from what it inherited.
+    fn on_fork(&mut self, fork: &ForkRecord) {
+        let (parent_tgid, child) = (fork.header.tgid, fork.child_tgid);
+        let counters = ProcessCounters {
+            rss_bytes: fork.child_rss_bytes,
+            rss_known: RSS_ALL_KNOWN,
+            ..ProcessCounters::default()
+        };
+        let id = self.recorder.process_started(ProcessStart {
+            tgid: child,
+            start_time_ns: fork.child_start_boottime_ns,
+            parent: self.tree.id_of(parent_tgid),
+            role: Role::Worker,
+            cmdline: proc::command_line(child),
+            ts_ns: fork.header.ts_ns,
+            counters,
+        });
+        self.tree.add(child, id, Role::Worker);
+        self.inherit_python(child, parent_tgid);
+    }
+
+    /// A child runs its parent's interpreter: same code objects, same layout.
+    fn inherit_python(&mut self, child: u32, parent_tgid: u32) {
+        self.resolver.inherit(child, parent_tgid);
+        // The kernel side copies the parent's CPython layout at fork, but
+        // only if the layout reached the kernel before the fork; the probe
+        // may have run between the fork and this record, so write it again.
+        let Some((info, status)) = self.tree.get(parent_tgid).and_then(|p| match &p.python {
+            PythonState::Known(status @ PythonStatus::Python { .. }) => {
+                Some((p.py_info?, status.clone()))
+            }
+            _ => None,
+        }) else {
+            return;
+        };
+        if self.tracer.set_python(child, info).is_ok() {
+            self.tree.set_py_info(child, info);
+            self.set_python_status(child, status);
+        }
+    }
+
+    /// A traced process's execve replaced its image (`counters`: the old
+    /// image's last). `memtrace run`'s command enters the report here.
+    pub(super) fn on_exec(&mut self, tgid: u32, ts_ns: u64, counters: &ProcessCounters) {
+        self.forget_tgid(tgid);
+        if self.launched == Some(tgid) {
+            self.launched = None;
+            self.add_launched_image(tgid, ts_ns);
+            return;
+        }
+        let Some(id) = self.tree.id_of(tgid) else {
+            return;
+        };
+        let image = self
+            .recorder
+            .process_exec(id, ts_ns, counters, proc::command_line(tgid));
+        self.tree.exec(tgid, image);
+    }
+
+    /// `memtrace run`'s command, right after its execve: it starts from
+    /// nothing (the kernel side restarted its counters).
+    fn add_launched_image(&mut self, tgid: u32, ts_ns: u64) {
+        let id = self.recorder.process_started(ProcessStart {
+            tgid,
+            start_time_ns: proc::start_time_ns(tgid).unwrap_or(0),
+            parent: None,
+            role: Role::Root,
+            cmdline: proc::command_line(tgid),
+            ts_ns,
+            counters: ProcessCounters {
+                rss_known: RSS_ALL_KNOWN,
+                ..ProcessCounters::default()
+            },
+        });
+        self.tree.add(tgid, id, Role::Root);
+        self.probe_python(tgid);
+    }
+
+    /// A traced process began to exit: its numbers end here.
+    fn on_exit_begin(&mut self, begin: &ExitBeginRecord) {
+        let tgid = begin.header.tgid;
+        let Some(id) = self.tree.id_of(tgid) else {
+            return;
+        };
+        let by = ExitBeginReason::try_from(begin.reason).map_or(ExitBegin::Exit, ExitBegin::from);
+        self.recorder
+            .exit_began(id, begin.header.ts_ns, by, &begin.counters);
+        self.tree.exit_began(tgid);
+    }
+
+    /// A traced process is gone; its tgid is free for a new process.
+    fn on_exit(&mut self, exit: &ExitRecord) {
+        let tgid = exit.header.tgid;
+        if self.launched == Some(tgid) {
+            self.launched = None; // its exec failed
+        }
+        self.missing.retain(|&t| t != tgid);
+        let Some(process) = self.tree.exit(tgid) else {
+            return;
+        };
+        // A process that exits while its probes still find no CPython
+        // runtime was not Python.
+        if matches!(
+            process.python,
+            PythonState::Pending {
+                no_runtime_seen: true,
+                ..
+            }
+        ) {
+            self.recorder
+                .python_status(process.id, PythonStatus::NotPython);
+        }
+        let status = ExitStatus::from_wait_status(exit.exit_code);
+        self.recorder.process_exited(
+            process.id,
+            exit.header.ts_ns,
+            Some(status),
+            Some(&exit.counters),
+        );
+        self.forget_tgid(tgid);
+    }
+
+    /// A sampled memory event: its stack and, for growth, its pages.
+    fn on_memory(&mut self, record: &MemoryRecord) {
+        let Ok(event) = MemoryEvent::try_from(record.event) else {
+            return; // decode() already rejected unknown events
+        };
+        let tgid = record.header.tgid;
+        let Some(id) = self.tree.id_of(tgid) else {
+            return;
+        };
+        let mut stack = self.stack(record);
+        if let Some(kind) = mapping_kind(event) {
+            let name = self
+                .mappings
+                .name(tgid, record.addr)
+                .unwrap_or_else(|| "?".to_owned());
+            stack.push(Frame::Mapping {
+                mapping: kind,
+                name,
+            });
+        }
+        self.recorder.memory(MemorySample {
+            process: id,
+            ts_ns: record.header.ts_ns,
+            event,
+            weight_bytes: record.weight_bytes,
+            pages: resident_pages(event, record.addr, record.len_bytes),
+            rss_bytes: record.rss_bytes,
+            stack,
+        });
+    }
+
+    /// An exact release or move of address space.
+    fn on_address(&mut self, record: &AddressRecord) {
+        let Some(id) = self.tree.id_of(record.header.tgid) else {
+            return;
+        };
+        let Ok(op) = AddressOp::try_from(record.op) else {
+            return; // decode() already rejected unknown operations
+        };
+        let change = match op {
+            AddressOp::Mremap => AddressChange::Remap {
+                old_start: record.addr,
+                old_len: record.len_bytes,
+                new_start: record.new_addr,
+                new_len: record.new_len_bytes,
+            },
+            AddressOp::Munmap
+            | AddressOp::MadviseFree
+            | AddressOp::BrkShrink
+            | AddressOp::MmapFixed => {
+                AddressChange::Release(record.addr..record.addr.saturating_add(record.len_bytes))
+            }
+        };
+        self.recorder
+            .address(id, record.header.ts_ns, change, record.rss_bytes);
+    }
+
+    /// The record's stack, outermost first: Python frames, then the native
+    /// frame; markers say why Python frames are missing.
+    fn stack(&mut self, record: &MemoryRecord) -> Vec<Frame> {
+        let tgid = record.header.tgid;
+        let status = record.stack_status;
+        let count = (record.frame_count as usize).min(record.frames.len());
+        let mut stack = Vec::with_capacity(count + 3);
+        if status & STACK_TRUNCATED != 0 {
+            stack.push(unknown("outer frames truncated"));
+        }
+        if status & STACK_NO_PYTHON != 0 {
+            stack.push(unknown(self.no_python_reason(tgid)));
+        } else if status & STACK_NO_THREAD_STATE != 0 {
+            stack.push(unknown("no Python thread state: native thread"));
+        } else if status & STACK_READ_ERROR != 0 && count == 0 {
+            stack.push(unknown("Python frames unreadable"));
+        }
+        let frames: &[PyFrame] = &record.frames[..count];
+        for frame in frames.iter().rev() {
+            stack.push(match self.resolver.resolve(tgid, frame) {
+                Ok(location) => Frame::from(location),
+                Err(_) => unknown("unresolved Python frame"),
+            });
+        }
+        if record.native_ip != 0 {
+            let symbol = self
+                .symbolizer
+                .symbolize(tgid, record.native_ip)
+                .unwrap_or_else(|| format!("{:#x}", record.native_ip));
+            stack.push(Frame::Native { symbol });
+        }
+        stack
+    }
+
+    fn no_python_reason(&self, tgid: u32) -> String {
+        match self.tree.get(tgid).map(|p| &p.python) {
+            Some(PythonState::Known(status)) => status
+                .missing_reason()
+                .unwrap_or_else(|| "Python stack unavailable".to_owned()),
+            _ => "no Python stack yet (interpreter not found or not initialised)".to_owned(),
+        }
+    }
+}
+
+/// The mapping kind whose name completes the stack of `event`'s growth.
+fn mapping_kind(event: MemoryEvent) -> Option<MappingKind> {
+    match event {
+        MemoryEvent::FileGrowth => Some(MappingKind::File),
+        MemoryEvent::ShmemGrowth => Some(MappingKind::Shmem),
+        _ => None,
+    }
+}
+
+/// The pages a growth event made resident: `len_bytes` at the faulting
+/// address `addr`, aligned to `len_bytes` when it is a power of two (a huge
+/// page), else to the page; `None` for other events and unknown addresses.
+fn resident_pages(event: MemoryEvent, addr: u64, len_bytes: u64) -> Option<std::ops::Range<u64>> {
+    let growth = matches!(
+        event,
+        MemoryEvent::AnonGrowth | MemoryEvent::FileGrowth | MemoryEvent::ShmemGrowth
+    );
+    if !growth || addr == 0 || len_bytes == 0 {
+        return None;
+    }
+    let len = len_bytes.div_ceil(PAGE) * PAGE;
+    let align = if len.is_power_of_two() { len } else { PAGE };
+    let start = addr & !(align - 1);
+    Some(start..start.saturating_add(len))
+}
+
+fn unknown(reason: impl Into<String>) -> Frame {
+    Frame::Unknown {
+        reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_pages_are_aligned_to_the_page_or_huge_page() {
+        let anon = MemoryEvent::AnonGrowth;
+        assert_eq!(resident_pages(anon, 0x1234, 4096), Some(0x1000..0x2000));
+        let huge = 2 << 20;
+        assert_eq!(
+            resident_pages(anon, 0x40_1234, huge),
+            Some(0x40_0000..0x60_0000)
+        );
+        // Fault-around of 3 file pages: page-aligned from the fault.
+        assert_eq!(
+            resident_pages(MemoryEvent::FileGrowth, 0x5678, 3 * 4096),
+            Some(0x5000..0x8000)
+        );
+        assert_eq!(resident_pages(anon, 0, 4096), None);
+        assert_eq!(resident_pages(MemoryEvent::CowFault, 0x1000, 4096), None);
+    }
+}

@@ -1,0 +1,386 @@
+//! One tracing session of `record`/`run`: the loaded programs and every
+//! step's state, the targets it starts from, and the loop that drains the
+//! ring buffer, reads the kernel's counters and shows progress until
+//! `--duration`, a signal, or the exit of every traced process.
+
+use std::{
+    fs::File,
+    io::BufWriter,
+    path::Path,
+    process::Child,
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{Context as _, Result};
+use memtrace_common::ProcessCounters;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::{
+    aggregate::{Aggregator, ExitStatus, ProcessId, ProcessStart, Role},
+    bpf::{Tracer, TracerOptions},
+    capture::{CaptureWriter, Header, Recorder, CAPTURE_VERSION, HELD_MAP_MAX_ENTRIES},
+    cli::CommonArgs,
+    events::RecordReader,
+    live::{LiveView, MAX_PATHS_SHOWN},
+    process::{
+        maps::MappingNames,
+        proc::{self, command_line},
+        ProcessTree,
+    },
+    python::FrameResolver,
+    symbolize::NativeSymbolizer,
+};
+
+/// How often the kernel's per-process counters are read (the recorder keeps
+/// about one read per process per second for the RSS timeline, with PSS and
+/// USS), new processes probed for CPython, and progress shown.
+const TICK: Duration = Duration::from_millis(200);
+/// How often the ring buffer is drained when the kernel has not woken us.
+const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// Bytes pending in the ring buffer before the kernel wakes the reader.
+const WAKEUP_THRESHOLD_BYTES: u64 = 256 * 1024;
+/// How often the capture file is flushed (and held-at-peak values sent).
+const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Why tracing stopped.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum StopReason {
+    Duration,
+    Signal(&'static str),
+    AllExited,
+}
+
+impl StopReason {
+    /// What the user is told.
+    pub(super) fn describe(self) -> String {
+        match self {
+            Self::Duration => "--duration elapsed".to_owned(),
+            Self::Signal(name) => format!("{name} received"),
+            Self::AllExited => "every traced process exited".to_owned(),
+        }
+    }
+}
+
+/// One tracing session: the loaded programs and every step's state.
+pub(super) struct Session {
+    pub(super) tracer: Tracer,
+    pub(super) tree: ProcessTree,
+    /// The aggregator, the held-page map, and the capture writer with
+    /// `--capture`.
+    pub(super) recorder: Recorder<BufWriter<File>>,
+    pub(super) command: String,
+    pub(super) resolver: FrameResolver,
+    pub(super) symbolizer: NativeSymbolizer,
+    pub(super) mappings: MappingNames,
+    /// `memtrace run`'s command until its execve: traced by the kernel side,
+    /// entered in the report only when it runs the command.
+    pub(super) launched: Option<u32>,
+    /// Processes missing from the kernel's map at the last tick whose exit
+    /// record has not come (it may still be in the ring buffer).
+    pub(super) missing: Vec<u32>,
+    started: Instant,
+    pub(super) start_ns: u64,
+    pub(super) sample_interval_bytes: u64,
+    pub(super) stop_reason: Option<StopReason>,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
+pub(super) fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|ts| ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+impl Session {
+    /// Loads and attaches the kernel side and creates the capture file;
+    /// returns the session and the reader of its ring buffer.
+    pub(super) fn start(common: &CommonArgs, command: &str) -> Result<(Self, RecordReader)> {
+        super::output::check_output_dir(&common.output_dir)?;
+        super::output::check_per_process(common);
+        let options = TracerOptions {
+            sample_interval_bytes: common.sample_bytes,
+            follow_forks: !common.no_follow_forks,
+            wakeup_threshold_bytes: WAKEUP_THRESHOLD_BYTES,
+        };
+        let mut tracer = Tracer::load(&options)?;
+        tracer.attach()?;
+        let reader =
+            RecordReader::new(tracer.take_records()?).context("cannot watch the ring buffer")?;
+        let start_ns = monotonic_ns();
+        let writer = match &common.capture {
+            Some(path) => Some(create_capture(
+                path,
+                command,
+                start_ns,
+                common.sample_bytes,
+            )?),
+            None => None,
+        };
+        let session = Self {
+            tracer,
+            tree: ProcessTree::default(),
+            recorder: Recorder::new(Aggregator::new(start_ns), writer, HELD_MAP_MAX_ENTRIES),
+            command: command.to_owned(),
+            resolver: FrameResolver::default(),
+            symbolizer: NativeSymbolizer::default(),
+            mappings: MappingNames::default(),
+            launched: None,
+            missing: Vec::new(),
+            started: Instant::now(),
+            start_ns,
+            sample_interval_bytes: common.sample_bytes,
+            stop_reason: None,
+        };
+        Ok((session, reader))
+    }
+
+    /// Starts tracing a process that already runs (a target or one of its
+    /// existing descendants), from its RSS in /proc now.
+    pub(super) fn add_running(
+        &mut self,
+        tgid: u32,
+        parent: Option<ProcessId>,
+        role: Role,
+    ) -> Result<ProcessId> {
+        let counters = proc::initial_counters(tgid, 0)?;
+        let start_time_ns = proc::start_time_ns(tgid)?;
+        self.tracer.trace_process(tgid, counters)?;
+        let id = self.recorder.process_started(ProcessStart {
+            tgid,
+            start_time_ns,
+            parent,
+            role,
+            cmdline: command_line(tgid),
+            ts_ns: monotonic_ns(),
+            counters,
+        });
+        self.tree.add(tgid, id, role);
+        self.probe_python(tgid);
+        Ok(id)
+    }
+
+    /// Adds the live descendants of `root` (traced as `root_id`), parents
+    /// before children; never memtrace itself or what started it.
+    pub(super) fn add_descendants(&mut self, root: u32, root_id: ProcessId) {
+        let myself = proc::self_and_ancestors();
+        let Ok(descendants) = proc::descendants(root) else {
+            return;
+        };
+        for (child, parent) in descendants {
+            if myself.contains(&child) {
+                continue; // memtrace itself, or what started it
+            }
+            let parent_id = if parent == root {
+                Some(root_id)
+            } else {
+                self.tree.id_of(parent)
+            };
+            // A descendant may exit between the listing and now.
+            let _ = self.add_running(child, parent_id, Role::Worker);
+        }
+    }
+
+    /// Starts tracing `memtrace run`'s held command: the kernel side follows
+    /// it now (its counters restart at its execve); it enters the report
+    /// when the exec record comes.
+    pub(super) fn add_launched(&mut self, tgid: u32) -> Result<()> {
+        self.tracer
+            .trace_process(tgid, ProcessCounters::default())?;
+        self.launched = Some(tgid);
+        Ok(())
+    }
+
+    /// Traces until `--duration`, SIGINT/SIGTERM, or until every traced
+    /// process exited; then drains the last records and reads the final
+    /// counters.
+    pub(super) async fn trace(
+        &mut self,
+        reader: &mut RecordReader,
+        common: &CommonArgs,
+        mut child: Option<&mut Child>,
+    ) -> Result<()> {
+        let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut sigint = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let deadline = common.duration.map(|d| tokio::time::Instant::now() + d);
+        let mut drain = tokio::time::interval(DRAIN_INTERVAL);
+        let mut live = LiveView::new(common.quiet);
+        let mut last_tick = Instant::now();
+        let mut last_flush = Instant::now();
+        while self.stop_reason.is_none() {
+            tokio::select! {
+                ready = reader.wait_readable() => ready.context("ring buffer poll failed")?,
+                _ = drain.tick() => {}
+                _ = sigterm.recv() => self.stop_reason = Some(StopReason::Signal("SIGTERM")),
+                _ = sigint.recv() => self.stop_reason = Some(StopReason::Signal("SIGINT")),
+                _ = sleep_until(deadline) => self.stop_reason = Some(StopReason::Duration),
+            }
+            reader.drain(|record| self.handle(record));
+            self.probe_new_processes();
+            if last_tick.elapsed() < TICK {
+                continue;
+            }
+            last_tick = Instant::now();
+            self.tick();
+            let elapsed = self.started.elapsed();
+            if live.due(elapsed) {
+                let snapshot = self.recorder.aggregator().live_snapshot(MAX_PATHS_SHOWN);
+                let dropped = self.tracer.dropped_records().unwrap_or(0);
+                live.show(elapsed, reader.records(), dropped, &snapshot);
+            }
+            if last_flush.elapsed() >= FLUSH_INTERVAL {
+                last_flush = Instant::now();
+                self.flush();
+            }
+            reap(&mut child);
+            if self.tree.all_exited() && self.launched.is_none() {
+                self.stop_reason = Some(StopReason::AllExited);
+            }
+        }
+        reader.drain(|record| self.handle(record));
+        live.finish();
+        self.final_counters();
+        Ok(())
+    }
+
+    /// Sends held-at-peak changes and flushes the capture file; a write
+    /// error stops the capture (one warning) while tracing goes on.
+    fn flush(&mut self) {
+        self.recorder.flush();
+        if let Some(err) = self.recorder.take_capture_error() {
+            eprintln!(
+                "memtrace: warning: {:#}; the capture stops here (it holds what was flushed \
+                 until now), tracing goes on",
+                anyhow::Error::from(err)
+            );
+        }
+    }
+
+    /// Periodic work: counters (with PSS/USS) into the timeline, thinned by
+    /// the recorder; processes whose exit record was lost.
+    fn tick(&mut self) {
+        let now_ns = monotonic_ns();
+        let Ok(all) = self.tracer.counters() else {
+            return;
+        };
+        let mut present = Vec::with_capacity(all.len());
+        for (tgid, counters) in &all {
+            present.push(*tgid);
+            let Some(id) = self.tree.id_of(*tgid) else {
+                continue;
+            };
+            let tgid = *tgid;
+            self.recorder
+                .periodic_counters(id, now_ns, counters, || proc::sharing(tgid).ok());
+        }
+        self.sweep_lost_exits(&present, now_ns);
+        for (tgid, pending_for) in self.tree.pending_python() {
+            if pending_for >= super::probing::EAGER_PROBE_WINDOW {
+                self.probe_python(tgid);
+            }
+        }
+    }
+
+    /// A traced process missing from the kernel's map on two ticks in a
+    /// row, with no exit record in between, lost its exit record (a full
+    /// ring buffer): it ended then, status unknown, at its last counters.
+    fn sweep_lost_exits(&mut self, present: &[u32], now_ns: u64) {
+        let missing: Vec<u32> = self
+            .tree
+            .live()
+            .map(|p| p.tgid)
+            .filter(|tgid| !present.contains(tgid) && Some(*tgid) != self.launched)
+            .collect();
+        for &tgid in &missing {
+            if self.missing.contains(&tgid) {
+                if let Some(process) = self.tree.exit(tgid) {
+                    self.recorder.process_exited(process.id, now_ns, None, None);
+                    self.forget_tgid(tgid);
+                }
+            }
+        }
+        self.missing = missing;
+    }
+
+    /// The last counter read of every open image, at the end of the trace.
+    fn final_counters(&mut self) {
+        let now_ns = monotonic_ns();
+        let Ok(all) = self.tracer.counters() else {
+            return;
+        };
+        for (tgid, counters) in &all {
+            if let Some(id) = self.tree.id_of(*tgid) {
+                let sharing = proc::sharing(*tgid).ok();
+                self.recorder.counters(id, now_ns, counters, sharing);
+            }
+        }
+    }
+
+    /// Forgets the per-process caches of `tgid` (exit or exec).
+    pub(super) fn forget_tgid(&mut self, tgid: u32) {
+        self.resolver.forget(tgid);
+        self.symbolizer.forget(tgid);
+        self.mappings.forget(tgid);
+    }
+}
+
+/// Creates the capture file of `--capture` with its header, before any
+/// tracing (a path that cannot be written fails here).
+fn create_capture(
+    path: &Path,
+    command: &str,
+    start_ns: u64,
+    sample_interval_bytes: u64,
+) -> Result<CaptureWriter<BufWriter<File>>> {
+    let created_unix_s = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let header = Header {
+        memtrace_capture: CAPTURE_VERSION,
+        created_unix_s,
+        command: command.to_owned(),
+        start_ns,
+        sample_interval_bytes,
+    };
+    Ok(CaptureWriter::create(path, &header)?)
+}
+
+/// Ends `memtrace run`'s command if it outlived the trace (--duration, or a
+/// signal memtrace got alone): SIGTERM, then SIGKILL after 5 s. Returns how
+/// it ended (`None` when it cannot be told).
+pub(super) fn stop_child(child: &mut Child) -> Option<ExitStatus> {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Some(exit_status(status));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(exit_status(status));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    child.wait().ok().map(exit_status)
+}
+
+/// `std`'s exit status as the report's.
+fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt as _;
+    ExitStatus::from_wait_status(status.into_raw() as u32)
+}
+
+/// Collects `memtrace run`'s child once it exits, so it does not linger as a
+/// zombie (its exit record has been seen by then).
+fn reap(child: &mut Option<&mut Child>) {
+    if let Some(c) = child.as_deref_mut() {
+        let _ = c.try_wait();
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,77 @@
+"""Test workload: grow ~``--mib`` MiB in ``grow_before_exec``, then replace the process with ``/bin/sleep`` (execv).
+
+:func:`grow_before_exec` appends distinct 432-byte ``bytes`` objects to the
+module-level list ``_KEPT`` until ``--mib`` MiB (``sys.getsizeof`` of the
+objects plus their 8-byte list slots) are held. The script reports, then
+calls ``os.execv("/bin/sleep", ["sleep", <--sleep-seconds>])`` while still
+holding them: the exec discards the whole Python address space at once
+(nothing is freed by the interpreter), and the same pid goes on as
+``sleep``, whose memory is small, for ``--sleep-seconds``, then exits 0.
+
+Output (JSON lines, see ``workload_common.py``; ``status*`` are
+:func:`workload_common.proc_status` dicts, in bytes):
+``{"event": "before_exec", "pid": ..., "function": "grow_before_exec", "held_bytes": ...,
+"objects": ..., "status_start": {...}, "status": {...}, "growth_bytes": <RssAnon now - at start>,
+"exec": ["/bin/sleep", "sleep", "<seconds>"]}`` right before the exec (``sleep`` prints nothing).
+
+Run::
+
+    python grow_then_exec.py --mib 60 --sleep-seconds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from workload_common import MIB, emit, proc_status
+
+#: Payload bytes of each object: with the 33-byte ``bytes`` header, 432 bytes,
+#: a multiple of pymalloc's 16-byte size classes (no rounding slack).
+OBJECT_PAYLOAD_BYTES = 399
+
+#: Bytes of one list slot (a pointer), counted with each object.
+SLOT_BYTES = 8
+
+#: The program the script execs into.
+SLEEP = "/bin/sleep"
+
+#: The kept memory: filled by :func:`grow_before_exec`, discarded by the exec.
+_KEPT: list[bytes] = []
+
+
+def grow_before_exec(target_bytes: int) -> tuple[int, int]:
+    """Append distinct bytes objects to ``_KEPT`` until ``target_bytes`` are held; return ``(objects, bytes held)``.
+
+    Counted per object: ``sys.getsizeof`` (432) plus its list slot (8).
+    """
+    held = 0
+    count = 0
+    while held < target_bytes:
+        item = ((b"%08d" % count) * 50)[:OBJECT_PAYLOAD_BYTES]
+        _KEPT.append(item)
+        held += sys.getsizeof(item) + SLOT_BYTES
+        count += 1
+    return count, held
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Grow, report, exec ``sleep``; returns only if the exec fails (exit 1)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=float, default=60.0, help="MiB to allocate and keep (default 60)")
+    parser.add_argument("--sleep-seconds", type=float, default=1.0,
+                        help="seconds the exec'd /bin/sleep sleeps (default 1)")
+    args = parser.parse_args(argv)
+    start = proc_status()
+    objects, held = grow_before_exec(int(args.mib * MIB))
+    now = proc_status()
+    seconds = f"{max(0.0, args.sleep_seconds):g}"
+    emit("before_exec", function="grow_before_exec", held_bytes=held, objects=objects, status_start=start,
+         status=now, growth_bytes=now["RssAnon"] - start["RssAnon"], exec=[SLEEP, "sleep", seconds])
+    os.execv(SLEEP, ["sleep", seconds])
+    return 1  # not reached: execv returns only by raising OSError
+
+
+if __name__ == "__main__":
+    sys.exit(main())
