@@ -39,18 +39,13 @@ impl Trace {
         stack_functions(&self.report, stack)
     }
 
-    fn process(&self, tgid: u64) -> &Value {
-        self.report["processes"]
-            .as_array()
-            .expect("report has processes")
+    /// tgid of the process row a path belongs to.
+    fn path_tgid(&self, path: &Value) -> Option<u64> {
+        let id = path["process"].as_u64()?;
+        self.processes()
             .iter()
-            .find(|p| p["tgid"].as_u64() == Some(tgid))
-            .unwrap_or_else(|| {
-                panic!(
-                    "process {tgid} not in report: {:#}",
-                    self.report["processes"]
-                )
-            })
+            .find(|p| p["id"].as_u64() == Some(id))
+            .and_then(|p| p["tgid"].as_u64())
     }
 }
 
@@ -125,18 +120,14 @@ fn names_the_one_leaking_worker() {
         .collect();
     assert_eq!(workers.len(), 3);
     let top = &trace.paths()[0];
-    assert_eq!(
-        top["tgid"].as_u64(),
-        Some(leaker),
-        "top growth path's process"
-    );
+    assert_eq!(trace.path_tgid(top), Some(leaker), "top path's process");
     // The leak's bytes may be split over several paths (same Python stack,
     // different innermost native frame): most of the leaker's sampled growth
     // must be under leak_in_worker.
     let (in_leak, total): (f64, f64) = trace
         .paths()
         .iter()
-        .filter(|p| p["tgid"].as_u64() == Some(leaker))
+        .filter(|p| trace.path_tgid(p) == Some(leaker))
         .map(|p| {
             let bytes = p["bytes"]["growth_bytes"].as_f64().unwrap();
             let leaking = trace.functions(p).iter().any(|n| n == "leak_in_worker");
@@ -148,7 +139,7 @@ fn names_the_one_leaking_worker() {
         "leak_in_worker holds {in_leak} of the leaker's {total} sampled bytes; top path: {:?}",
         trace.functions(top)
     );
-    let leaked = trace.process(leaker)["counters"]["anon_growth_bytes"]
+    let leaked = trace.row_of(leaker)["counters"]["anon_growth_bytes"]
         .as_f64()
         .unwrap();
     assert!(
@@ -156,14 +147,14 @@ fn names_the_one_leaking_worker() {
         "leaker grew only {leaked} bytes"
     );
     for &worker in workers.iter().filter(|&&w| w != leaker) {
-        let grown = trace.process(worker)["counters"]["anon_growth_bytes"]
+        let grown = trace.row_of(worker)["counters"]["anon_growth_bytes"]
             .as_f64()
             .unwrap();
         assert!(
             grown < leaked / 10.0,
             "idle worker {worker} grew {grown} bytes, leaker {leaked}"
         );
-        assert_eq!(trace.process(worker)["role"], "worker");
+        assert_eq!(trace.row_of(worker)["role"], "worker");
     }
 }
 
@@ -192,13 +183,18 @@ fn attaches_to_a_running_process() {
     let status = target.wait().unwrap();
     assert!(status.success());
     let top = &trace.paths()[0];
-    assert_eq!(top["tgid"].as_u64(), Some(u64::from(target.id())));
+    assert_eq!(trace.path_tgid(top), Some(u64::from(target.id())));
     let names = trace.functions(top);
     assert!(
         names.iter().any(|n| n == "grow_after_attach"),
         "top path after attach: {names:?}"
     );
-    assert_eq!(trace.process(u64::from(target.id()))["role"], "root");
+    let row = trace.row_of(u64::from(target.id()));
+    assert_eq!(row["role"], "root");
+    // A process that ran before the trace: its start time is /proc's.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+    assert!(stat.is_err(), "the target exited");
+    assert!(row["start_time_ns"].as_u64().unwrap() > 0);
 }
 
 #[test]

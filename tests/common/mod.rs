@@ -109,6 +109,8 @@ pub struct Trace {
     pub output: Output,
     /// The JSON report memtrace wrote.
     pub report: Value,
+    /// The folded stacks file memtrace wrote beside it.
+    pub folded: String,
 }
 
 impl Trace {
@@ -119,18 +121,75 @@ impl Trace {
 
     /// The JSON line the workload printed for `event` (its own measurements).
     pub fn workload_event(&self, event: &str) -> Value {
+        self.workload_events(event)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("workload printed no `{event}` line:\n{}", self.stdout()))
+    }
+
+    /// Every JSON line the workload printed for `event`, in order.
+    pub fn workload_events(&self, event: &str) -> Vec<Value> {
         self.stdout()
             .lines()
             .filter(|l| l.trim_start().starts_with('{'))
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|v| v["event"] == event)
-            .unwrap_or_else(|| panic!("workload printed no `{event}` line:\n{}", self.stdout()))
+            .filter(|v| v["event"] == event)
+            .collect()
+    }
+
+    /// The report's process rows (one per image of each process).
+    pub fn processes(&self) -> &Vec<Value> {
+        self.report["processes"]
+            .as_array()
+            .expect("the report lists processes")
+    }
+
+    /// The rows of the processes with `tgid` (several when the kernel reused
+    /// it, or after an execve), in id order.
+    pub fn rows_of(&self, tgid: u64) -> Vec<&Value> {
+        let mut rows: Vec<&Value> = self
+            .processes()
+            .iter()
+            .filter(|p| p["tgid"].as_u64() == Some(tgid))
+            .collect();
+        rows.sort_by_key(|p| p["id"].as_u64());
+        rows
+    }
+
+    /// The only row of `tgid` (panics when there are none or several).
+    pub fn row_of(&self, tgid: u64) -> &Value {
+        let rows = self.rows_of(tgid);
+        assert_eq!(rows.len(), 1, "rows of tgid {tgid}: {rows:#?}");
+        rows[0]
+    }
+
+    /// The report's paths of process row `id`, largest held at peak first.
+    pub fn paths_of(&self, id: u64) -> Vec<&Value> {
+        self.report["paths"]
+            .as_array()
+            .expect("the report lists paths")
+            .iter()
+            .filter(|p| p["process"].as_u64() == Some(id))
+            .collect()
+    }
+
+    /// The diagnosis' findings, strongest first.
+    pub fn findings(&self) -> &Vec<Value> {
+        self.report["diagnosis"]
+            .as_array()
+            .expect("the report has a diagnosis")
     }
 }
 
 /// Runs memtrace with `args` (plus `--quiet --output-dir TMP` after the
 /// subcommand), expecting success, and reads the JSON report it wrote.
 pub fn trace(args: &[&str]) -> Trace {
+    trace_expecting(args, 0)
+}
+
+/// [`trace`], expecting memtrace to exit with `code` (`memtrace run` exits
+/// with its command's status).
+pub fn trace_expecting(args: &[&str], code: i32) -> Trace {
     let dir = tempfile::tempdir().unwrap();
     let output = memtrace()
         .arg(args[0])
@@ -141,20 +200,45 @@ pub fn trace(args: &[&str]) -> Trace {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_success(&output, &format!("memtrace {args:?}"));
-    let json = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "json"))
-        .expect("memtrace wrote a JSON report");
-    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
-    Trace { output, report }
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "memtrace {args:?}: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let written = |extension: &str| {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == extension))
+            .unwrap_or_else(|| panic!("memtrace wrote no .{extension} report"))
+    };
+    let report = serde_json::from_str(&std::fs::read_to_string(written("json")).unwrap()).unwrap();
+    let folded = std::fs::read_to_string(written("folded")).unwrap();
+    Trace {
+        output,
+        report,
+        folded,
+    }
 }
 
 /// Runs `memtrace run --quiet --output-dir TMP -- PYTHON SCRIPT ARGS` on the
 /// workload `script_name` of tests/scripts/, expecting success, and reads
 /// its JSON report.
 pub fn trace_script(python: &Path, script_name: &str, args: &[&str]) -> Trace {
+    trace_script_expecting(python, script_name, args, 0)
+}
+
+/// [`trace_script`], expecting the workload (and so `memtrace run`) to exit
+/// with `code` (128 + N for signal N, as a shell reports it).
+pub fn trace_script_expecting(
+    python: &Path,
+    script_name: &str,
+    args: &[&str],
+    code: i32,
+) -> Trace {
     let script = script(script_name);
     let mut command = vec![
         "run",
@@ -163,7 +247,7 @@ pub fn trace_script(python: &Path, script_name: &str, args: &[&str]) -> Trace {
         script.to_str().unwrap(),
     ];
     command.extend_from_slice(args);
-    trace(&command)
+    trace_expecting(&command, code)
 }
 
 /// Python function names of stack `stack` of a JSON `report`, in the
