@@ -1,4 +1,4 @@
-"""Test workload: a pre-fork master starts N workers ``--fork-gap`` seconds apart; each loads ~``--mib`` MiB in ``load_dataset``.
+"""Test workload: a pre-fork master starts N workers 1 s apart; each loads ~``--mib`` MiB in ``load_dataset``.
 
 The master prints ``ready``, then forks ``--workers`` workers one by one,
 ``--fork-gap`` seconds apart, and waits for them; it allocates nothing
@@ -19,11 +19,11 @@ Output (JSON lines, see ``workload_common.py``; ``*_status`` are
   ``{"event": "forked", "pid": <master>, "workers": {"0": pid, ...}, "fork_gap_seconds": ...,
   "dataset_bytes": ..., "master_status": {...}}`` after the last fork;
   ``{"event": "exit", "pid": <master>, "worker_exit_codes": {"0": 0, ...}}`` at the end;
-* each worker: ``{"event": "status_before", "pid": ..., "index": i, "status": {...}}``
-  right after its fork; ``{"event": "worker_loaded", "pid": ..., "index": i,
-  "function": "load_dataset", "objects": ..., "dataset_bytes": ..., "status_before": {...},
-  "status_after": {...}, "growth_bytes": <RssAnon after - before>, "load_seconds": ...}``
-  after loading.
+* each worker: ``{"event": "status_before", "pid": ..., "index": i, "status": {...},
+  "seconds_after_first_fork": ...}`` right after its fork; ``{"event": "worker_loaded",
+  "pid": ..., "index": i, "function": "load_dataset", "objects": ..., "dataset_bytes": ...,
+  "status_before": {...}, "status_after": {...}, "growth_bytes": <RssAnon after - before>,
+  "load_seconds": ..., "seconds_after_first_fork": ...}`` after loading.
 
 Run::
 
@@ -66,27 +66,29 @@ def load_dataset(target_bytes: int) -> int:
     return count
 
 
-def run_worker(index: int, target_bytes: int, deadline: float) -> None:
+def run_worker(index: int, target_bytes: int, first_fork: float, deadline: float) -> None:
     """Body of worker ``index``: report, load the dataset, report the growth, hold until ``deadline``."""
     before = proc_status()
-    emit("status_before", index=index, status=before)
+    emit("status_before", index=index, status=before,
+         seconds_after_first_fork=round(time.monotonic() - first_fork, 3))
     started = time.monotonic()
     objects = load_dataset(target_bytes)
     load_seconds = time.monotonic() - started
     after = proc_status()
     emit("worker_loaded", index=index, function="load_dataset", objects=objects,
          dataset_bytes=target_bytes, status_before=before, status_after=after,
-         growth_bytes=after["RssAnon"] - before["RssAnon"], load_seconds=round(load_seconds, 3))
+         growth_bytes=after["RssAnon"] - before["RssAnon"], load_seconds=round(load_seconds, 3),
+         seconds_after_first_fork=round(time.monotonic() - first_fork, 3))
     time.sleep(max(0.0, deadline - time.monotonic()))
 
 
-def fork_worker(index: int, target_bytes: int, deadline: float) -> int:
+def fork_worker(index: int, target_bytes: int, first_fork: float, deadline: float) -> int:
     """Fork worker ``index``; the child runs :func:`run_worker` and exits without returning."""
     pid = os.fork()
     if pid == 0:
         exit_code = 1
         try:
-            run_worker(index, target_bytes, deadline)
+            run_worker(index, target_bytes, first_fork, deadline)
             exit_code = 0
         except BaseException:  # noqa: BLE001 (the child must never return into the master's code)
             traceback.print_exc()
@@ -115,12 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     target_bytes = int(args.mib * MIB)
     emit("ready", master_status=proc_status())
-    deadline = time.monotonic() + args.seconds
+    first_fork = time.monotonic()
+    deadline = first_fork + args.seconds
     workers: dict[int, int] = {}
     for index in range(args.workers):
         if index:
             time.sleep(args.fork_gap)
-        workers[index] = fork_worker(index, target_bytes, deadline)
+        workers[index] = fork_worker(index, target_bytes, first_fork, deadline)
     emit("forked", workers={str(i): pid for i, pid in workers.items()}, fork_gap_seconds=args.fork_gap,
          dataset_bytes=target_bytes, master_status=proc_status())
     exit_codes = {}

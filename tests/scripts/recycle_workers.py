@@ -1,4 +1,4 @@
-"""Test workload: a master recycles N short-lived workers one at a time, on reused pids, each growing in ``work_in_child``.
+"""Test workload: a master runs N short-lived workers one at a time on reused pids; each grows in ``work_in_child``.
 
 Worker ``i`` (``0 <= i < --workers``) is forked only after worker ``i - 1``
 was reaped. As root, the master picks ``--pid-slots`` free pids at start
@@ -13,8 +13,10 @@ rest of the machine keeps allocating where it was): workers ``i`` and
 pid got taken meanwhile, a new free one replaces it. Without the privilege
 (or if the write fails) it just forks and says so in the ``forked`` event
 (``pid_control``). A process forking elsewhere between the write and the
-fork can steal the target pid: ``reused`` says, per worker, whether the
-pid is the target.
+fork can steal the target pid (the worker then usually gets ``target + 1``,
+another slot's pid; seen about once per run while another process forks
+in a tight loop, never on a quiet machine): ``reused`` says, per worker,
+whether the pid is the target.
 
 Worker ``i`` runs :func:`work_in_child`, which appends distinct 432-byte
 ``bytes`` objects to the module-level list ``_HELD`` until
@@ -22,15 +24,15 @@ Worker ``i`` runs :func:`work_in_child`, which appends distinct 432-byte
 their 8-byte list slots) are held, reports, holds its memory until
 ``--worker-seconds`` after its fork, and exits with code ``i % 4`` (so the
 exit statuses of the workers on one pid differ). Stdlib only; bounded
-(about ``--workers * (--worker-seconds + 0.05)`` seconds).
+(about ``--workers * (--worker-seconds + 0.01)`` seconds: 10 s by default).
 
 Output (JSON lines, see ``workload_common.py``; ``status`` is a
 :func:`workload_common.proc_status` dict, in bytes):
 
 * master: ``{"event": "ready", "pid": ..., "pid_control": "ns_last_pid" | "none",
-  "pid_control_error": null | "..."}`` at start; per worker
+  "pid_control_error": null | "...", "pid_max": ...}`` at start; per worker
   ``{"event": "forked", "pid": <master>, "index": i, "worker_pid": ..., "target_pid": ... | null,
-  "reused": <worker_pid == target_pid>, "pid_control": ..., "pid_control_error": ...}``
+  "reused": <worker_pid == target_pid>, "mib": ..., "pid_control": ..., "pid_control_error": ...}``
   and ``{"event": "reaped", "pid": <master>, "index": i, "worker_pid": ...,
   "wait_status": <raw waitpid status>, "exit_code": <os.waitstatus_to_exitcode>,
   "expected_exit_code": i % 4}``; at the end ``{"event": "exit", "pid": <master>,
@@ -125,17 +127,20 @@ def free_pids(start: int, count: int, limit: int, avoid: set[int]) -> list[int]:
     raise RuntimeError("not enough free pids")
 
 
-def read_last_pid() -> int:
-    """Return the pid namespace's allocation cursor: the pid handed out last (:data:`NS_LAST_PID`)."""
-    with open(NS_LAST_PID) as last_pid:
-        return int(last_pid.read())
+def read_last_pid(control_fd: int) -> int:
+    """Return the pid namespace's allocation cursor (the pid handed out last) from the open :data:`NS_LAST_PID`."""
+    return int(os.pread(control_fd, 32, 0))
 
 
-def write_last_pid(value: int) -> str | None:
-    """Write ``value`` to :data:`NS_LAST_PID` (the next fork gets ``value + 1`` if free); return None or the error."""
+def write_last_pid(control_fd: int, value: int) -> str | None:
+    """Set the cursor to ``value`` (the next fork gets ``value + 1`` if free); return None or the error.
+
+    ``pwrite`` at offset 0 of the already open file: the shortest window
+    between this write and the fork, in which another process's fork could
+    take the pid.
+    """
     try:
-        with open(NS_LAST_PID, "w") as last_pid:
-            last_pid.write(str(value))
+        os.pwrite(control_fd, str(value).encode(), 0)
         return None
     except OSError as error:
         return f"{type(error).__name__}: {error}"
@@ -178,10 +183,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     master = os.getpid()
     limit = pid_max()
-    if os.geteuid() == 0:
-        pid_control, control_error = "ns_last_pid", None
-    else:
+    control_fd = -1
+    if os.geteuid() != 0:
         pid_control, control_error = "none", "not root: forking without choosing the pid"
+    else:
+        try:
+            control_fd = os.open(NS_LAST_PID, os.O_RDWR)
+            pid_control, control_error = "ns_last_pid", None
+        except OSError as error:
+            pid_control, control_error = "none", f"{type(error).__name__}: {error}"
     emit("ready", pid_control=pid_control, pid_control_error=control_error, pid_max=limit)
     slots: list[int] = []
     if pid_control == "ns_last_pid":
@@ -199,16 +209,16 @@ def main(argv: list[str] | None = None) -> int:
                 slots[slot] = free_pids(slots[slot], 1, limit, set(slots))[0]
             target = slots[slot]
             try:
-                cursor = read_last_pid()
-            except OSError as read_error:
+                cursor = read_last_pid(control_fd)
+            except (OSError, ValueError) as read_error:
                 cursor, error = None, f"{type(read_error).__name__}: {read_error}"
             else:
-                error = write_last_pid(target - 1)
+                error = write_last_pid(control_fd, target - 1)
             if error is not None:
                 target = None
             pid = fork_worker(index, mib, args.worker_seconds)
             if error is None and cursor is not None and cursor != target - 1:
-                write_last_pid(cursor)
+                write_last_pid(control_fd, cursor)
         else:
             pid = fork_worker(index, mib, args.worker_seconds)
         worker_pids.append(pid)
@@ -220,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         exit_codes[str(index)] = os.waitstatus_to_exitcode(status)
         emit("reaped", index=index, worker_pid=pid, wait_status=status, exit_code=exit_codes[str(index)],
              expected_exit_code=index % 4)
+    if control_fd >= 0:
+        os.close(control_fd)
     emit("exit", workers=args.workers, reused=reused, distinct_pids=len(set(worker_pids)), exit_codes=exit_codes)
     return 0 if all(exit_codes[str(i)] == i % 4 for i in range(args.workers)) else 1
 

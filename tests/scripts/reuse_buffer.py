@@ -1,4 +1,4 @@
-"""Test workload: many jobs each fill a new ``--buffer-mib`` MiB buffer in ``fill_buffer``; the first ``--keep`` are kept, the rest freed.
+"""Test workload: jobs each fill a new ``--buffer-mib`` MiB buffer in ``fill_buffer``; the first few are kept.
 
 Each of the ``--jobs`` jobs calls :func:`fill_buffer`, which returns a new
 ``bytearray`` of ``--buffer-mib`` MiB with every page written (one byte per
