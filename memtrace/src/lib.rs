@@ -6,6 +6,8 @@
 //! `process` (process tree: roles, forks, exits, /proc) →
 //! `python` / `symbolize` (CPython layout per process; code objects and
 //! native instructions to names, files and lines) →
+//! `held` (which sampled pages each path still holds, by address: held now
+//! and at the high-water mark) →
 //! `aggregate` (per process, per stack, over time; `capture` writes it to a
 //! file as it goes and replays it) →
 //! `diagnose` (which growth pattern, with evidence) →
