@@ -1,7 +1,8 @@
 //! Capture file tests: the real memtrace binary records a real Python
 //! script with `--capture`, and `memtrace report FILE` (no root needed)
-//! renders the capture: the same report as the live run, and, after
-//! memtrace is SIGKILLed mid-trace, everything up to the last flush.
+//! renders the capture: the same report as the live run (held bytes, exit
+//! status and an exec's earlier image included), and, after memtrace is
+//! SIGKILLed mid-trace, everything up to the last flush.
 //!
 //! Recording needs root (CAP_BPF + CAP_PERFMON) and a kernel with BTF:
 //! without them those tests print why they skip.
@@ -83,6 +84,33 @@ fn growth_functions(report: &Value) -> Vec<String> {
     names
 }
 
+/// The paths of `report` whose stack has a Python frame `function`.
+fn paths_through<'a>(report: &'a Value, function: &str) -> Vec<&'a Value> {
+    report["paths"]
+        .as_array()
+        .expect("report has paths")
+        .iter()
+        .filter(|path| {
+            let stack = path["stack"].as_u64().expect("path has a stack id");
+            stack_functions(report, stack).iter().any(|f| f == function)
+        })
+        .collect()
+}
+
+/// `field` of `bytes` summed over `paths` (0 where absent).
+fn sum(paths: &[&Value], field: &str) -> i64 {
+    paths
+        .iter()
+        .map(|p| p["bytes"][field].as_i64().unwrap_or(0))
+        .sum()
+}
+
+/// memtrace's JSON report written into `dir` by a run.
+fn live_report(dir: &Path) -> Value {
+    let json = file_ending(dir, ".json");
+    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
+}
+
 /// The only file in `dir` ending in `suffix`.
 fn file_ending(dir: &Path, suffix: &str) -> PathBuf {
     let found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -109,8 +137,7 @@ fn the_report_of_a_capture_is_the_report_of_the_live_run() {
     .output()
     .unwrap();
     assert_success(&output, "memtrace run --capture");
-    let live_json = file_ending(dir.path(), ".json");
-    let live: Value = serde_json::from_str(&std::fs::read_to_string(live_json).unwrap()).unwrap();
+    let live = live_report(dir.path());
     let svg = std::fs::read_to_string(file_ending(dir.path(), ".svg")).unwrap();
     assert!(
         svg.contains("fill_cache"),
@@ -128,11 +155,75 @@ fn the_report_of_a_capture_is_the_report_of_the_live_run() {
         "no growth path through fill_cache: {:?}",
         growth_functions(&replayed)
     );
+    // The cache is kept until the interpreter finalizes: what fill_cache
+    // grew, it still held at the end and at the high-water mark.
+    let fill = paths_through(&replayed, "fill_cache");
+    let (grown, held) = (sum(&fill, "growth_bytes"), sum(&fill, "held_bytes"));
+    assert!(
+        held * 2 > grown,
+        "fill_cache grew {grown} bytes but held {held}"
+    );
+    let at_peak: u64 = fill
+        .iter()
+        .filter_map(|p| p["peak_held_bytes"].as_u64())
+        .sum();
+    assert!(
+        at_peak > 0,
+        "fill_cache held nothing at the high-water mark"
+    );
+    let root = &replayed["processes"][0];
+    assert_eq!(root["exit_status"]["how"], "code", "{root}");
+    assert_eq!(root["exit_status"]["code"], 0, "{root}");
+    assert!(root["exit_began_ns"].is_u64(), "{root}");
     assert!(!replayed["diagnosis"].as_array().unwrap().is_empty());
     assert_eq!(
         replayed, live,
         "the replayed capture differs from the live report"
     );
+}
+
+#[test]
+fn an_exec_replays_with_the_image_before_it() {
+    let python = require_ebpf!(python());
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("exec.capture");
+    let output = memtrace()
+        .args(["run", "--quiet", "--output-dir"])
+        .arg(dir.path())
+        .arg("--capture")
+        .arg(&capture)
+        .arg("--")
+        .arg(&python)
+        .arg(script("grow_then_exec.py"))
+        .args(["--mib", "40", "--sleep-seconds", "0.5"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_success(&output, "memtrace run --capture");
+    let live = live_report(dir.path());
+    let (replayed, stderr) = report_json(&capture);
+    assert!(
+        stderr.is_empty(),
+        "warnings for a complete capture: {stderr}"
+    );
+    assert_eq!(
+        replayed, live,
+        "the replayed capture differs from the live report"
+    );
+    // One process, two images: Python, then sleep.
+    let mut images: Vec<&Value> = replayed["processes"].as_array().unwrap().iter().collect();
+    images.sort_by_key(|p| p["image"].as_u64());
+    assert_eq!(images.len(), 2, "{images:#?}");
+    assert_eq!(images[0]["tgid"], images[1]["tgid"]);
+    assert_eq!(images[0]["next_image"], images[1]["id"]);
+    assert!(images[0]["exec_ns"].is_u64(), "{:#}", images[0]);
+    let sleep = images[1]["cmdline"].as_str().unwrap();
+    assert!(sleep.starts_with("sleep"), "{sleep}");
+    // The Python phase keeps its growth and its path.
+    let grown = paths_through(&replayed, "grow_before_exec");
+    assert!(!grown.is_empty(), "no path through grow_before_exec");
+    assert!(grown.iter().all(|p| p["process"] == images[0]["id"]));
+    assert!(sum(&grown, "growth_bytes") > 20 * 1024 * 1024, "{grown:#?}");
 }
 
 #[test]

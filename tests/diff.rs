@@ -78,37 +78,47 @@ fn record(dir: &Path, capture: &Path, python: &Path, script_name: &str, script_a
     success(&args);
 }
 
-/// The first ranked path of a diff table: its rank line and its frames.
-fn first_path(table: &str) -> (String, Vec<String>) {
+/// The first ranked path of a diff table: its six byte columns (held at
+/// the end before, after, delta; grown before, after, delta) and its frames.
+fn first_path(table: &str) -> (Vec<String>, Vec<String>) {
     let mut lines = table
         .lines()
-        .skip_while(|l| !l.starts_with("Growth paths by increase"));
+        .skip_while(|l| !l.starts_with("Paths by change of memory held at the end"));
     let rank = lines
         .find(|l| l.starts_with("  1. "))
-        .unwrap_or_else(|| panic!("no ranked path:\n{table}"))
-        .to_owned();
+        .unwrap_or_else(|| panic!("no ranked path:\n{table}"));
+    // `  1.   10.0 MiB   30.0 MiB  +20.0 MiB ...`: number and unit pairs.
+    let tokens: Vec<&str> = rank.split_whitespace().skip(1).collect();
+    let columns: Vec<String> = tokens.chunks(2).map(|pair| pair.join(" ")).collect();
+    assert_eq!(columns.len(), 6, "{rank}\n{table}");
     let frames = lines
         .take_while(|l| l.starts_with("        "))
         .map(|l| l.trim().to_owned())
         .collect();
-    (rank, frames)
+    (columns, frames)
 }
 
-/// `function` is the innermost Python frame of the top path, whose delta
-/// (the last column) is positive.
-fn assert_top_path_grew(table: &str, function: &str) {
-    let (rank, frames) = first_path(table);
+/// `function` is the innermost Python frame of the top path, which holds
+/// more at the end (by more than `min_mib`) and grew more.
+fn assert_top_path_grew(table: &str, function: &str, min_mib: f64) {
+    let (columns, frames) = first_path(table);
     assert!(
         frames
             .first()
             .is_some_and(|f| f.starts_with(&format!("{function} ("))),
         "top path is not {function}: {frames:?}\n{table}"
     );
-    let delta = rank.split_whitespace().rev().take(2).collect::<Vec<_>>();
+    let (held_delta, grown_delta) = (&columns[2], &columns[5]);
     assert!(
-        delta[1].starts_with('+'),
-        "delta is not positive: {rank}\n{table}"
+        grown_delta.starts_with('+'),
+        "grown delta is not positive: {columns:?}\n{table}"
     );
+    let held_mib = held_delta
+        .strip_prefix('+')
+        .and_then(|d| d.strip_suffix(" MiB"))
+        .and_then(|d| d.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("held delta is not +N MiB: {columns:?}\n{table}"));
+    assert!(held_mib > min_mib, "held delta {held_mib} MiB\n{table}");
 }
 
 /// A flame graph file parses as SVG and has a frame named `function`.
@@ -149,7 +159,16 @@ fn two_captures_of_a_growing_script_name_the_grown_function() {
     let (before, after) = (before.to_str().unwrap(), after.to_str().unwrap());
 
     let table = success(&["diff", before, after]);
-    assert_top_path_grew(&table, "fill_cache");
+    // 128 - 16 MiB more kept until the end.
+    assert_top_path_grew(&table, "fill_cache", 56.0);
+    // The two runs' processes (other tgids, other arguments) are paired on
+    // one row, which says how much more RSS the later one ended with.
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("tgid ") && l.matches("tgid ").count() == 2 && l.contains(" +")),
+        "the runs' processes are not paired:\n{table}"
+    );
 
     let svg = dir.path().join("diff.svg");
     success(&[
@@ -175,7 +194,8 @@ fn two_windows_of_one_capture_name_what_grew_between_them() {
     let capture = capture.to_str().unwrap();
 
     let table = success(&["diff", capture, "--from", "2s", "--to", "6s"]);
-    assert_top_path_grew(&table, "grow_after_attach");
+    // Nothing held at 2 s, 64 MiB at 6 s.
+    assert_top_path_grew(&table, "grow_after_attach", 32.0);
 
     let svg = dir.path().join("windows.svg");
     let svg_arg = svg.to_str().unwrap();

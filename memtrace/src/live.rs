@@ -2,7 +2,8 @@
 //! a terminal; every 5 s as plain lines) the app hands it a [`LiveSnapshot`]
 //! of the aggregator's current state, and it
 //! draws elapsed time, records, drops, the live processes with RSS and
-//! growth rate, and the top growth paths so far, on standard error.
+//! growth rate, and the paths holding the most memory now (sampled bytes
+//! still resident, by address), on standard error.
 //!
 //! On a terminal the view is redrawn in place (ANSI escapes: cursor up,
 //! clear to the end of the screen, line wrap off while drawing so long lines
@@ -239,12 +240,13 @@ impl Status<'_> {
         )
     }
 
-    /// The single line of the plain mode: the summary and the top path.
+    /// The single line of the plain mode: the summary and the path holding
+    /// the most memory now.
     fn line(&self) -> String {
         let mut line = self.summary();
         if let Some(top) = self.snapshot.top_paths.first() {
             line.push_str(&format!(
-                "; top growth: {} {}",
+                "; most held: {} {}",
                 format_bytes(top.held_bytes),
                 top.frame
             ));
@@ -400,9 +402,9 @@ mod tests {
         assert_eq!(
             out.take(),
             "memtrace: 2 s, 10 records, 0 dropped; 2 processes, RSS 40.0 MiB; \
-             top growth: 36.0 MiB append (app/cache.py:42)\n\
+             most held: 36.0 MiB append (app/cache.py:42)\n\
              memtrace: 4 s, 20 records, 0 dropped; 2 processes, RSS 36.0 MiB (-2.0 MiB/s); \
-             top growth: 36.0 MiB append (app/cache.py:42)\n"
+             most held: 36.0 MiB append (app/cache.py:42)\n"
         );
 
         let (mut quiet, out) = view(Mode::Quiet);

@@ -233,12 +233,7 @@ pub fn trace_script(python: &Path, script_name: &str, args: &[&str]) -> Trace {
 
 /// [`trace_script`], expecting the workload (and so `memtrace run`) to exit
 /// with `code` (128 + N for signal N, as a shell reports it).
-pub fn trace_script_expecting(
-    python: &Path,
-    script_name: &str,
-    args: &[&str],
-    code: i32,
-) -> Trace {
+pub fn trace_script_expecting(python: &Path, script_name: &str, args: &[&str], code: i32) -> Trace {
     let script = script(script_name);
     let mut command = vec![
         "run",

@@ -49,8 +49,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
 #[inline(always)]
 fn kernel_field<T>(base: *const u8, offset: u64) -> Result<T, ()> {
     // SAFETY: bpf_probe_read_kernel checks the address.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }
-        .map_err(|_| ())
+    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.map_err(|_| ())
 }
 
 /// RSS of the address space `mm` per `rss_stat` member, in bytes: each
@@ -96,7 +95,9 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Result<(), ()> {
     let counters = ProcessCounters {
         rss_bytes,
         rss_known: RSS_ALL_KNOWN,
-        rss_peak_bytes: rss_bytes[MM_FILEPAGES] + rss_bytes[MM_ANONPAGES] + rss_bytes[MM_SHMEMPAGES],
+        rss_peak_bytes: rss_bytes[MM_FILEPAGES]
+            + rss_bytes[MM_ANONPAGES]
+            + rss_bytes[MM_SHMEMPAGES],
         parent_tgid,
         ..ProcessCounters::default()
     };

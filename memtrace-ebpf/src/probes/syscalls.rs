@@ -207,7 +207,14 @@ unsafe fn on_mmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut ProcessCo
     // SAFETY: see the function's contract.
     let rss_bytes = unsafe { (*counters).rss_total_bytes() };
     if args[3] & MAP_FIXED != 0 {
-        emit_address(tgid, AddressOp::MmapFixed, ret, len_bytes, (0, 0), rss_bytes);
+        emit_address(
+            tgid,
+            AddressOp::MmapFixed,
+            ret,
+            len_bytes,
+            (0, 0),
+            rss_bytes,
+        );
     }
     let event = MemoryEventArgs {
         event: MemoryEvent::Mmap,
@@ -257,7 +264,14 @@ unsafe fn on_munmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Process
     let len_bytes = page_align(args[1]);
     // SAFETY: see the function's contract.
     let rss_bytes = unsafe { (*counters).rss_total_bytes() };
-    emit_address(tgid, AddressOp::Munmap, args[0], len_bytes, (0, 0), rss_bytes);
+    emit_address(
+        tgid,
+        AddressOp::Munmap,
+        args[0],
+        len_bytes,
+        (0, 0),
+        rss_bytes,
+    );
     let event = MemoryEventArgs {
         event: MemoryEvent::Munmap,
         addr: args[0],
@@ -336,7 +350,14 @@ unsafe fn on_brk(tgid: u32, _args: &[u64; 4], ret: u64, counters: *mut ProcessCo
     } else {
         let field = unsafe { &raw mut (*counters).brk_shrink_bytes };
         let shrink_bytes = old_end - ret;
-        emit_address(tgid, AddressOp::BrkShrink, ret, shrink_bytes, (0, 0), rss_bytes);
+        emit_address(
+            tgid,
+            AddressOp::BrkShrink,
+            ret,
+            shrink_bytes,
+            (0, 0),
+            rss_bytes,
+        );
         (MemoryEvent::BrkShrink, ret, shrink_bytes, field)
     };
     let event = MemoryEventArgs {
@@ -374,7 +395,14 @@ unsafe fn on_madvise(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Proces
     let len_bytes = page_align(args[1]);
     // SAFETY: see the function's contract.
     let rss_bytes = unsafe { (*counters).rss_total_bytes() };
-    emit_address(tgid, AddressOp::MadviseFree, args[0], len_bytes, (0, 0), rss_bytes);
+    emit_address(
+        tgid,
+        AddressOp::MadviseFree,
+        args[0],
+        len_bytes,
+        (0, 0),
+        rss_bytes,
+    );
     let event = MemoryEventArgs {
         event: MemoryEvent::MadviseFree,
         addr: args[0],

@@ -163,7 +163,10 @@ impl Aggregator {
     /// first RSS reading is `p.counters` at `p.ts_ns`.
     pub fn process_started(&mut self, p: ProcessStart) -> ProcessId {
         let id = self.next_id();
-        let parent_tgid = p.parent.and_then(|parent| self.state(parent)).map(|s| s.tgid);
+        let parent_tgid = p
+            .parent
+            .and_then(|parent| self.state(parent))
+            .map(|s| s.tgid);
         self.processes.push(ProcessState::new(&p, parent_tgid));
         self.live.processes += 1;
         self.live.peak_processes = self.live.peak_processes.max(self.live.processes);
@@ -278,9 +281,15 @@ impl Aggregator {
         state.read(t_ns, counters, sharing);
         let (rss_after, pss_after) = (state.rss_now_bytes(), state.pss_now_bytes());
         let live = &mut self.live;
-        live.rss_bytes = live.rss_bytes.saturating_sub(rss_before).saturating_add(rss_after);
+        live.rss_bytes = live
+            .rss_bytes
+            .saturating_sub(rss_before)
+            .saturating_add(rss_after);
         live.peak_rss_bytes = live.peak_rss_bytes.max(live.rss_bytes);
-        live.pss_bytes = live.pss_bytes.saturating_sub(pss_before).saturating_add(pss_after);
+        live.pss_bytes = live
+            .pss_bytes
+            .saturating_sub(pss_before)
+            .saturating_add(pss_after);
         live.peak_pss_bytes = live.peak_pss_bytes.max(live.pss_bytes);
     }
 

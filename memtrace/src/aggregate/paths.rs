@@ -27,7 +27,10 @@ pub(super) struct PathTable {
 
 /// Sort key of paths and merged stacks: held at the high-water mark, then
 /// grown, both descending.
-fn held_then_grown(peak_held_bytes: u64, bytes: &SampledBytes) -> (std::cmp::Reverse<u64>, std::cmp::Reverse<u64>) {
+fn held_then_grown(
+    peak_held_bytes: u64,
+    bytes: &SampledBytes,
+) -> (std::cmp::Reverse<u64>, std::cmp::Reverse<u64>) {
     (
         std::cmp::Reverse(peak_held_bytes),
         std::cmp::Reverse(bytes.grown_bytes()),
@@ -51,7 +54,10 @@ impl PathTable {
 
     /// Sets the bytes the path held at its image's high-water mark.
     pub(super) fn set_peak_held(&mut self, process: ProcessId, stack: StackId, bytes: u64) {
-        self.paths.entry((process, stack)).or_default().peak_held_bytes = bytes;
+        self.paths
+            .entry((process, stack))
+            .or_default()
+            .peak_held_bytes = bytes;
     }
 
     /// Re-buckets every path's timeline into buckets of `width`.
@@ -106,12 +112,7 @@ impl PathTable {
             })
             .collect();
         paths.sort_by(|a, b| {
-            let key = |p: &PathReport| {
-                (
-                    held_then_grown(p.peak_held_bytes, &p.bytes),
-                    p.process,
-                )
-            };
+            let key = |p: &PathReport| (held_then_grown(p.peak_held_bytes, &p.bytes), p.process);
             key(a)
                 .cmp(&key(b))
                 .then_with(|| stacks.frames(a.stack).cmp(stacks.frames(b.stack)))
@@ -123,8 +124,7 @@ impl PathTable {
     /// its shares of all images' totals; sorted like the paths, ties by
     /// frames.
     pub(super) fn stack_reports(&self, stacks: &StackTable) -> Vec<StackGrowthReport> {
-        let mut merged: HashMap<StackId, (SampledBytes, u64, BTreeSet<ProcessId>)> =
-            HashMap::new();
+        let mut merged: HashMap<StackId, (SampledBytes, u64, BTreeSet<ProcessId>)> = HashMap::new();
         let (mut all, mut all_peak) = (SampledBytes::default(), 0_u64);
         for (&(process, stack), path) in &self.paths {
             let (sum, peak, processes) = merged.entry(stack).or_default();

@@ -650,7 +650,13 @@ impl Report {
             .iter()
             .filter(|p| p.weight_bytes(weight) > 0)
             .collect();
-        paths.sort_by_key(|p| rank_key(p.weight_bytes(weight), Some(p.process), self.frames(p.stack)));
+        paths.sort_by_key(|p| {
+            rank_key(
+                p.weight_bytes(weight),
+                Some(p.process),
+                self.frames(p.stack),
+            )
+        });
         paths.truncate(n);
         paths
     }

@@ -5,8 +5,8 @@
 use memtrace_common::{MemoryEvent, ProcessCounters, MM_ANONPAGES, MM_FILEPAGES};
 
 use super::{
-    Aggregator, Frame, ProcessId, ProcessStart, PythonStatus, Report, Role, RunMeta,
-    SampledBytes, StackId,
+    Aggregator, Frame, ProcessId, ProcessStart, PythonStatus, Report, Role, RunMeta, SampledBytes,
+    StackId,
 };
 use crate::diagnose::{self, Diagnosed};
 
@@ -135,11 +135,23 @@ pub(crate) fn prefork_aggregator() -> Aggregator {
     }
     for index in [2, 0, 1] {
         let id = workers[index];
-        let leak = sample(&mut agg, id, MemoryEvent::AnonGrowth, 10 * MIB, &leak_stack());
+        let leak = sample(
+            &mut agg,
+            id,
+            MemoryEvent::AnonGrowth,
+            10 * MIB,
+            &leak_stack(),
+        );
         agg.peak_held(id, leak, 10 * MIB);
     }
     let parse = parse_stack("app/io.py");
-    let stack = sample(&mut agg, workers[0], MemoryEvent::AnonGrowth, 16 * MIB, &parse);
+    let stack = sample(
+        &mut agg,
+        workers[0],
+        MemoryEvent::AnonGrowth,
+        16 * MIB,
+        &parse,
+    );
     agg.peak_held(workers[0], stack, 16 * MIB);
     agg
 }

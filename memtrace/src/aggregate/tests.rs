@@ -26,7 +26,12 @@ fn app(function: &str, line: u32) -> Frame {
 }
 
 /// A start of `tgid` from `counters`.
-fn start_with(tgid: u32, parent: Option<ProcessId>, ts_ns: u64, counters: ProcessCounters) -> ProcessStart {
+fn start_with(
+    tgid: u32,
+    parent: Option<ProcessId>,
+    ts_ns: u64,
+    counters: ProcessCounters,
+) -> ProcessStart {
     ProcessStart {
         counters,
         ..start(tgid, parent, Role::Worker, ts_ns)
@@ -55,28 +60,64 @@ fn an_exit_ends_the_numbers_where_the_exit_began() {
     let mut agg = Aggregator::new(0);
     let id = agg.process_started(start_with(7, None, 0, rss(10 * MIB, 0)));
     agg.counters(id, 1_000, &rss(250 * MIB, 0), None);
-    let stack = sample_at(&mut agg, id, 1_500, MemoryEvent::AnonGrowth, 240 * MIB, &leak_stack());
+    let stack = sample_at(
+        &mut agg,
+        id,
+        1_500,
+        MemoryEvent::AnonGrowth,
+        240 * MIB,
+        &leak_stack(),
+    );
     let mut at_exit = rss(250 * MIB, 0);
     at_exit.rss_peak_bytes = 251 * MIB;
     agg.exit_began(id, 2_000, ExitBegin::PythonFinalize, &at_exit);
     // The interpreter's finalization frees almost everything: never counted.
     agg.counters(id, 2_100, &rss(12 * MIB, 0), None);
-    sample_at(&mut agg, id, 2_200, MemoryEvent::AnonGrowth, MIB, &leak_stack());
-    agg.path_delta(id, 2_300, stack, SampledBytes::held_change(-240 * 1024 * 1024));
-    agg.process_exited(id, 2_500, Some(ExitStatus::Code { code: 0 }), Some(&rss(12 * MIB, 0)));
+    sample_at(
+        &mut agg,
+        id,
+        2_200,
+        MemoryEvent::AnonGrowth,
+        MIB,
+        &leak_stack(),
+    );
+    agg.path_delta(
+        id,
+        2_300,
+        stack,
+        SampledBytes::held_change(-240 * 1024 * 1024),
+    );
+    agg.process_exited(
+        id,
+        2_500,
+        Some(ExitStatus::Code { code: 0 }),
+        Some(&rss(12 * MIB, 0)),
+    );
     let report = agg.finish(9_000, meta());
     let p = report.process(id).unwrap();
     let summary = p.rss.unwrap();
     assert_eq!(summary.end_bytes, 250 * MIB);
     assert_eq!(summary.peak_bytes, 251 * MIB);
     assert_eq!(summary.growth_bytes, 240 * 1024 * 1024);
-    assert_eq!(p.timeline.last().unwrap().rss_bytes, 250 * MIB, "the chart ends there too");
+    assert_eq!(
+        p.timeline.last().unwrap().rss_bytes,
+        250 * MIB,
+        "the chart ends there too"
+    );
     assert_eq!((p.exit_began_ns, p.exited_ns), (Some(2_000), Some(2_500)));
     assert_eq!(p.exit_began_by, Some(ExitBegin::PythonFinalize));
     assert_eq!(p.exit_status, Some(ExitStatus::Code { code: 0 }));
     assert_eq!(p.traced_ns, 2_000);
-    assert_eq!(p.sampled.growth_bytes, 240 * MIB, "growth after the exit began is not counted");
-    assert_eq!(p.sampled.held_now_bytes(), 240 * MIB, "finalization is not a release");
+    assert_eq!(
+        p.sampled.growth_bytes,
+        240 * MIB,
+        "growth after the exit began is not counted"
+    );
+    assert_eq!(
+        p.sampled.held_now_bytes(),
+        240 * MIB,
+        "finalization is not a release"
+    );
     assert_eq!(report.totals.live_rss_end_bytes, 0);
     assert_eq!(report.totals.peak_total_rss_bytes, 250 * MIB);
 }
@@ -142,7 +183,14 @@ fn an_exec_keeps_the_image_before_it() {
             version: "3.11.7".to_owned(),
         },
     );
-    let stack = sample_at(&mut agg, python, 500, MemoryEvent::AnonGrowth, 60 * MIB, &[app("grow", 3)]);
+    let stack = sample_at(
+        &mut agg,
+        python,
+        500,
+        MemoryEvent::AnonGrowth,
+        60 * MIB,
+        &[app("grow", 3)],
+    );
     agg.peak_held(python, stack, 60 * MIB);
     let sleep = agg.process_exec(python, 1_000, &rss(68 * MIB, 0), "sleep 5".to_owned());
     agg.python_status(sleep, PythonStatus::NotPython);
@@ -157,11 +205,18 @@ fn an_exec_keeps_the_image_before_it() {
     assert_eq!(before.name(), "tgid 5, image 0");
     let after = report.process(sleep).unwrap();
     assert_eq!((after.image, after.previous_image), (1, Some(python)));
-    assert_eq!(after.rss.unwrap().start_bytes, 0, "a new image starts from nothing");
+    assert_eq!(
+        after.rss.unwrap().start_bytes,
+        0,
+        "a new image starts from nothing"
+    );
     assert_eq!(after.cmdline, "sleep 5");
     assert_eq!(after.python, Some(PythonStatus::NotPython));
     let path = report.paths.iter().find(|p| p.process == python).unwrap();
-    assert_eq!((path.peak_held_bytes, path.bytes.growth_bytes), (60 * MIB, 60 * MIB));
+    assert_eq!(
+        (path.peak_held_bytes, path.bytes.growth_bytes),
+        (60 * MIB, 60 * MIB)
+    );
     assert_eq!(report.totals.peak_live_processes, 1);
     assert_eq!(live_rss_of(&report), MIB);
 }
@@ -213,13 +268,27 @@ fn pss_totals_count_shared_pages_once() {
         agg.counters(w, 30, &rss(100 * MIB, 0), Some(shared(20, 0)));
     }
     let report = agg.finish(100, meta());
-    assert_eq!(report.totals.live_rss_end_bytes, 500 * MIB, "RSS counts shared pages 5 times");
-    assert_eq!(report.totals.live_pss_end_bytes, 100 * MIB, "PSS counts them once");
+    assert_eq!(
+        report.totals.live_rss_end_bytes,
+        500 * MIB,
+        "RSS counts shared pages 5 times"
+    );
+    assert_eq!(
+        report.totals.live_pss_end_bytes,
+        100 * MIB,
+        "PSS counts them once"
+    );
     assert_eq!(report.totals.peak_total_pss_bytes, 100 * MIB);
     let master_report = report.process(master).unwrap();
     let sharing = master_report.sharing.unwrap();
-    assert_eq!((sharing.start_uss_bytes, sharing.end_uss_bytes), (100 * MIB, 0));
-    assert_eq!(master_report.timeline.last().unwrap().pss_bytes, Some(20 * MIB));
+    assert_eq!(
+        (sharing.start_uss_bytes, sharing.end_uss_bytes),
+        (100 * MIB, 0)
+    );
+    assert_eq!(
+        master_report.timeline.last().unwrap().pss_bytes,
+        Some(20 * MIB)
+    );
 }
 
 #[test]
@@ -228,10 +297,17 @@ fn paths_rank_by_held_at_peak_and_merge_over_workers() {
     let merged = report.top_stacks(Weight::Peak, 10);
     assert_eq!(merged.len(), 2);
     assert_eq!(report.frames(merged[0].stack), &leak_stack()[..]);
-    assert_eq!(merged[0].processes, vec![ProcessId(1), ProcessId(2), ProcessId(3)]);
+    assert_eq!(
+        merged[0].processes,
+        vec![ProcessId(1), ProcessId(2), ProcessId(3)]
+    );
     assert_eq!(merged[0].peak_held_bytes, 30 * MIB);
     assert_eq!(merged[0].peak_held_share, 30.0 / 46.0);
-    assert_eq!(report.paths[0].peak_held_bytes, 16 * MIB, "per process, parse leads");
+    assert_eq!(
+        report.paths[0].peak_held_bytes,
+        16 * MIB,
+        "per process, parse leads"
+    );
     assert_eq!(report.paths[0].process, ProcessId(1));
     let shares: f64 = report.growth_stacks.iter().map(|s| s.peak_held_share).sum();
     assert!((shares - 1.0).abs() < 1e-12, "{shares}");
@@ -277,7 +353,12 @@ fn path_buckets_widen_for_long_runs_and_keep_their_sums() {
     let a = agg.intern(vec![app("a", 1)]);
     let b = agg.intern(vec![app("b", 1)]);
     for t in 0..600 {
-        agg.path_delta(p1, t * second, a, SampledBytes::from_event(MemoryEvent::AnonGrowth, 1));
+        agg.path_delta(
+            p1,
+            t * second,
+            a,
+            SampledBytes::from_event(MemoryEvent::AnonGrowth, 1),
+        );
         if t % 7 == 0 {
             let bytes = SampledBytes::from_event(MemoryEvent::MadviseFree, 2);
             agg.path_delta(p2, t * second + 1, b, bytes);
@@ -398,7 +479,9 @@ fn warnings_name_drops_missing_python_coarsening_and_incomplete_stacks() {
             },
         ]
     );
-    assert!(report.warnings[3].to_string().contains("keeps 1 in 4 sampled pages"));
+    assert!(report.warnings[3]
+        .to_string()
+        .contains("keeps 1 in 4 sampled pages"));
 }
 
 #[test]

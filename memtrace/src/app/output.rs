@@ -54,8 +54,8 @@ impl Session {
             );
         }
         let diagnosed = diagnose::diagnose(report);
-        let written = write_report_files(&diagnosed, &common.output_dir);
         let options = render_options(&common.render);
+        let written = write_report_files(&diagnosed, options.weight, &common.output_dir);
         if let Some(written) = &written {
             for path in write_format_files(&diagnosed, common, &options, &written.folded) {
                 eprintln!("memtrace: wrote {}", path.display());
@@ -166,7 +166,13 @@ fn write_format_files(
 ) -> Vec<PathBuf> {
     let mut written = Vec::new();
     for &format in &common.format {
-        match write_format_file(diagnosed, format, common.render.per_process, options, folded) {
+        match write_format_file(
+            diagnosed,
+            format,
+            common.render.per_process,
+            options,
+            folded,
+        ) {
             Ok(paths) => written.extend(paths),
             Err(err) => eprintln!(
                 "memtrace: warning: {err:#}; the `{}` report is not written",
@@ -231,11 +237,16 @@ pub(super) fn check_output_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes the report files to `dir`; if that fails at the end of a trace
+/// Writes the report files to `dir` (folded stacks weighed by `weight`); if
+/// that fails at the end of a trace
 /// (disk full, folder removed), to the system's temporary folder instead, so
 /// the trace is not lost. `None` (after a warning) when both fail.
-fn write_report_files(diagnosed: &Diagnosed, dir: &Path) -> Option<report::WrittenFiles> {
-    let err = match report::write_files(diagnosed, dir) {
+fn write_report_files(
+    diagnosed: &Diagnosed,
+    weight: Weight,
+    dir: &Path,
+) -> Option<report::WrittenFiles> {
+    let err = match report::write_files(diagnosed, weight, dir) {
         Ok(written) => return Some(written),
         Err(err) => err,
     };
@@ -245,7 +256,7 @@ fn write_report_files(diagnosed: &Diagnosed, dir: &Path) -> Option<report::Writt
         anyhow::Error::from(err),
         fallback.display()
     );
-    match report::write_files(diagnosed, &fallback) {
+    match report::write_files(diagnosed, weight, &fallback) {
         Ok(written) => Some(written),
         Err(err) => {
             eprintln!(

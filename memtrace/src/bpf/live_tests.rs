@@ -278,7 +278,10 @@ fn trace_one(python: &PathBuf) {
     );
     assert_eq!(tracer.dropped_records().expect("dropped"), 0);
 
-    assert!(drained.addresses > 0, "frees of the interpreter give memory back");
+    assert!(
+        drained.addresses > 0,
+        "frees of the interpreter give memory back"
+    );
 
     interpreter.step();
     interpreter.child.wait().expect("python exits");

@@ -322,10 +322,16 @@ impl Tracer {
         let program: &mut UProbe = program_mut(&mut self.ebpf, PYTHON_FINALIZE_PROGRAM)?;
         let mut attached = false;
         for symbol in PYTHON_FINALIZE_SYMBOLS {
-            match program.attach(UProbeAttachLocation::Symbol(symbol), binary, UProbeScope::AllProcesses) {
+            match program.attach(
+                UProbeAttachLocation::Symbol(symbol),
+                binary,
+                UProbeScope::AllProcesses,
+            ) {
                 Ok(_) => attached = true,
                 Err(ProgramError::UProbeError(UProbeError::SymbolError { .. })) => {}
-                Err(source) => return Err(program_error(PYTHON_FINALIZE_PROGRAM, "attach", source)),
+                Err(source) => {
+                    return Err(program_error(PYTHON_FINALIZE_PROGRAM, "attach", source))
+                }
             }
         }
         if attached {

@@ -69,7 +69,9 @@ pub enum CaptureError {
         #[source]
         source: io::Error,
     },
-    /// A complete line (not the cut last one) is not a valid capture line.
+    /// The header line has the capture marker and version but is not a
+    /// valid header (later lines that are not valid are skipped with a
+    /// [`CaptureWarning`] instead).
     #[error("capture file `{}` is corrupt at line {line}", path.display())]
     Corrupt {
         /// The file.

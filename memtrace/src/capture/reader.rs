@@ -1,7 +1,9 @@
 //! Capture reading, the first step of `memtrace report` and `memtrace diff`:
 //! a capture file in, its header and lines out, with a clear error for a
-//! file that is not a capture, comes from an unknown version, or is corrupt,
-//! and a warning (not an error) for a capture cut off mid-line.
+//! file that is not a capture, comes from an unknown version, or has a
+//! corrupt header, and a warning (not an error) for a capture cut off
+//! mid-line or with corrupt lines inside (they are skipped: the rest of the
+//! capture still makes a report).
 
 use std::fmt;
 use std::fs::File;
@@ -23,8 +25,8 @@ pub struct Capture {
     pub path: PathBuf,
     /// Its header line.
     pub header: Header,
-    /// Every line after the header, in file order (a cut last line left
-    /// out).
+    /// Every line after the header, in file order (a cut last line and
+    /// corrupt lines left out).
     pub lines: Vec<Line>,
     /// What the reader of a report from it must know, in file order.
     pub warnings: Vec<CaptureWarning>,
@@ -61,6 +63,17 @@ impl Capture {
 /// Something wrong with a capture that still leaves it readable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CaptureWarning {
+    /// Complete lines after the header that are not valid capture lines (a
+    /// disk or copy error, an edit) were skipped: what they held (a process
+    /// start, stacks, sampled bytes) is missing from the report.
+    CorruptLines {
+        /// How many were skipped.
+        lines: u64,
+        /// The first one's line number (1-based).
+        first_line: u64,
+        /// Why the first one does not parse.
+        reason: String,
+    },
     /// The last line was cut off (the writer was killed or the disk filled
     /// up mid-line) and was dropped.
     TruncatedLastLine {
@@ -80,6 +93,17 @@ pub enum CaptureWarning {
 impl fmt::Display for CaptureWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::CorruptLines {
+                lines,
+                first_line,
+                reason,
+            } => write!(
+                f,
+                "{lines} corrupt line{} of the capture skipped (the first, line {first_line}: \
+                 {reason}): the report misses what {} held",
+                if *lines == 1 { "" } else { "s" },
+                if *lines == 1 { "it" } else { "they" },
+            ),
             Self::TruncatedLastLine { line, bytes } => write!(
                 f,
                 "the capture's last line ({line}, {bytes} bytes) was cut off and is ignored"
@@ -102,8 +126,10 @@ impl fmt::Display for CaptureWarning {
 /// start of a header; [`CaptureError::NotACapture`] when its first line is
 /// not a capture header;
 /// [`CaptureError::UnknownVersion`] for another format version;
-/// [`CaptureError::Corrupt`] for a line that is not valid (other than a cut
-/// last line, which is dropped with a [`CaptureWarning`]).
+/// [`CaptureError::Corrupt`] for a header line that is not valid. Later
+/// lines that are not valid do not fail the read: a cut last line is
+/// dropped, corrupt complete lines are skipped, each with a
+/// [`CaptureWarning`].
 pub fn read(path: &Path) -> Result<Capture, CaptureError> {
     let io_error = |source| CaptureError::Io {
         path: path.to_owned(),
@@ -119,6 +145,8 @@ pub fn read(path: &Path) -> Result<Capture, CaptureError> {
     };
     let mut buf = Vec::new();
     let mut line_number = 1;
+    let mut corrupt: Option<CaptureWarning> = None;
+    let mut truncated = None;
     loop {
         buf.clear();
         if input.read_until(b'\n', &mut buf).map_err(io_error)? == 0 {
@@ -132,19 +160,27 @@ pub fn read(path: &Path) -> Result<Capture, CaptureError> {
         match serde_json::from_slice::<Line>(&buf) {
             Ok(line) => capture.lines.push(line),
             // Without its newline, the line is the last one and was cut.
-            Err(_) if !complete => capture.warnings.push(CaptureWarning::TruncatedLastLine {
-                line: line_number,
-                bytes: buf.len(),
-            }),
-            Err(source) => {
-                return Err(CaptureError::Corrupt {
-                    path: path.to_owned(),
+            Err(_) if !complete => {
+                truncated = Some(CaptureWarning::TruncatedLastLine {
                     line: line_number,
-                    source,
-                })
+                    bytes: buf.len(),
+                });
             }
+            Err(source) => match &mut corrupt {
+                Some(CaptureWarning::CorruptLines { lines, .. }) => *lines += 1,
+                _ => {
+                    corrupt = Some(CaptureWarning::CorruptLines {
+                        lines: 1,
+                        first_line: line_number,
+                        reason: source.to_string(),
+                    });
+                }
+            },
         }
     }
+    // In file order: the corrupt lines come before the cut last one.
+    capture.warnings.extend(corrupt);
+    capture.warnings.extend(truncated);
     if capture.end().is_none() {
         let covered_ns = capture.covered_ns();
         capture.warnings.push(CaptureWarning::NoEnd { covered_ns });

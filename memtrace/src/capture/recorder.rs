@@ -125,7 +125,8 @@ impl<W: Write> Recorder<W> {
     /// See [`Aggregator::process_started`].
     pub fn process_started(&mut self, start: ProcessStart) -> ProcessId {
         let id = self.aggregator.process_started(start.clone());
-        self.last_kept.insert(id, KeptRead::new(start.ts_ns, &start.counters));
+        self.last_kept
+            .insert(id, KeptRead::new(start.ts_ns, &start.counters));
         if let Some(writer) = &mut self.writer {
             writer.process_started(id, &start);
         }

@@ -5,6 +5,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use memtrace_common::ProcessCounters;
+
 use super::format::{ExecLine, Line, ProcessLine};
 use super::reader::Capture;
 use crate::aggregate::{Aggregator, Frame, ProcessId, ProcessStart, Report, RunMeta, StackId};
@@ -133,7 +135,8 @@ impl Replay {
             }
             Line::Counters(c) => {
                 if let Some(id) = self.id(c.process).filter(|_| self.window.contains(c.ts_ns)) {
-                    self.aggregator.counters(id, c.ts_ns, &c.counters, c.sharing);
+                    self.aggregator
+                        .counters(id, c.ts_ns, &c.counters, c.sharing);
                 }
             }
             Line::Stacks(stacks) => {
@@ -173,21 +176,30 @@ impl Replay {
             return;
         }
         let parent = start.parent.and_then(|parent| self.id(parent));
-        let id = self.aggregator.process_started(ProcessStart {
+        let mut start = ProcessStart {
             parent,
             ..start.clone()
-        });
+        };
+        if !self.window.contains(start.ts_ns) {
+            // What it started from is a counter read before the window: its
+            // RSS in the window starts at its first read inside it.
+            start.counters = ProcessCounters::default();
+        }
+        let id = self.aggregator.process_started(start);
         self.replayed.insert(line.id, id);
     }
 
     /// An exec line: the new image is replayed when the old one was.
     fn exec(&mut self, line: &ExecLine) {
-        let Some(id) = self.id(line.process).filter(|_| self.window.reached(line.ts_ns)) else {
+        let Some(id) = self
+            .id(line.process)
+            .filter(|_| self.window.reached(line.ts_ns))
+        else {
             return;
         };
-        let image = self
-            .aggregator
-            .process_exec(id, line.ts_ns, &line.counters, line.cmdline.clone());
+        let image =
+            self.aggregator
+                .process_exec(id, line.ts_ns, &line.counters, line.cmdline.clone());
         self.replayed.insert(line.image, image);
     }
 

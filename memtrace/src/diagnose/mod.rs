@@ -2,13 +2,37 @@
 //! words and with the numbers that prove it, which of the common growth
 //! patterns it shows.
 //!
-//! Tree-wide patterns (one process grows, every worker is large, worker
-//! multiplication) are in `tree`; per-process patterns over time (spike,
-//! retention) in `process`; what the growth paths' bucket timelines say
-//! (steady growth, a burst) in `paths`. Every threshold is a named constant
-//! below; a finding whose evidence falls short of the strong thresholds is
-//! [`Strength::Weak`] and its summary says why.
+//! The numbers are the report's own: an image's RSS start, end and peak are
+//! its [`crate::aggregate::RssSummary`] (what the process table shows), its
+//! life ends where its exit began or it exec'd (the interpreter's
+//! finalization and the kernel's teardown are never a release), code paths
+//! are ranked by the bytes they *hold* (at the high-water mark and at the
+//! end), not by the bytes they grew (memory freed and touched again counts
+//! once per touch in those), and tree sums count a page shared copy-on-write
+//! once (PSS) wherever PSS was read.
+//!
+//! Copy-on-write un-sharing is in `cow`; tree-wide patterns (one process
+//! grows, every worker is large, worker multiplication) in `tree`; growth in
+//! file-backed pages in `files`; per-process patterns over time (spike,
+//! retention) in `process`; what the paths' held bytes say over time (held
+//! bytes that keep rising, a burst) in `paths`. Every threshold is a named
+//! constant below; a finding whose evidence falls short of the strong
+//! thresholds is [`Strength::Weak`] and its last evidence line says why.
+//!
+//! Rules that keep one growth from being told twice or wrongly:
+//! - a process whose growth is mostly file-backed gets a
+//!   [`Pattern::FileBackedGrowth`] finding, and its spike, retention and
+//!   sibling comparison read its RSS without file-backed pages (the page
+//!   cache is never called retention);
+//! - workers covered by a [`Pattern::CowUnsharing`] finding are not
+//!   reported again as [`Pattern::WorkerMultiplication`] or
+//!   [`Pattern::EveryWorkerLarge`] (the same un-shared pages), and that
+//!   finding comes first;
+//! - siblings are the last images of processes with the same parent image:
+//!   an image an execve replaced is diagnosed on its own, never compared.
 
+mod cow;
+mod files;
 mod paths;
 mod process;
 mod tree;
@@ -20,9 +44,7 @@ use std::cmp::Reverse;
 
 use serde::{Deserialize, Serialize};
 
-use crate::aggregate::{
-    Frame, PathReport, ProcessId, ProcessReport, Report, RssPoint, StackId,
-};
+use crate::aggregate::{Frame, ProcessId, ProcessReport, Report, RssPoint, StackId};
 use crate::units::format_bytes;
 
 /// One mebibyte, in bytes.
@@ -52,12 +74,16 @@ const MIN_PATH_SAMPLES: u64 = 16;
 /// Code paths named per finding.
 const TOP_PATHS: usize = 3;
 
+/// Processes listed one by one in an evidence line; the rest are counted.
+/// 8.
+const MAX_PROCESSES_LISTED: usize = 8;
+
 /// A process "grows while its siblings stay flat" when its RSS growth is at
 /// least this many times the median growth of its siblings (and at least
 /// [`MIN_GROWTH_BYTES`]). 4.
 const SIBLING_GROWTH_RATIO: u64 = 4;
 
-/// A worker whose RSS is at least this holds a large footprint: a bare
+/// A worker whose memory is at least this holds a large footprint: a bare
 /// CPython interpreter is 10-20 MiB resident, so this is mostly application
 /// state. 48 MiB.
 const LARGE_WORKER_BYTES: u64 = 48 * MIB;
@@ -66,19 +92,39 @@ const LARGE_WORKER_BYTES: u64 = 48 * MIB;
 /// sizes is at most this. 0.5.
 const MAX_WORKER_SPREAD: f64 = 0.5;
 
-/// A worker's footprint is stable when its RSS moved by at most this
+/// A worker's footprint is stable when its memory moved by at most this
 /// fraction of its size over the second half of its traced life. 0.1.
 const STABLE_LATE_CHANGE_FRACTION: f64 = 0.1;
 
-/// The tree's RSS rise over the forks is "about N x the per-worker size"
-/// when `|rise / size - N| / N` is at most this. 0.35.
+/// The tree's rise over the forks is "about N x the per-worker size" when
+/// `|rise / size - N| / N` is at most this. 0.35.
 const MULTIPLICATION_TOLERANCE: f64 = 0.35;
 
-/// Worker multiplication needs the steps at the forks themselves (each new
-/// worker's first RSS reading) to make at least this share of the tree's
-/// rise; when workers grow mostly after forking, the growth is theirs
-/// (a leak or retention in each worker), not the fork count's. 0.5.
+/// Worker multiplication needs what the forks themselves added to make at
+/// least this share of the tree's rise: the RSS each worker inherited at
+/// fork when the tree is summed in RSS, the inherited pages each worker
+/// un-shared (exact copy-on-write bytes) when it is summed in PSS (a fork
+/// adds nothing to PSS until pages are written). When workers grow mostly
+/// after forking, the growth is theirs (a leak or retention in each
+/// worker), not the fork count's. 0.5.
 const MIN_FORK_STEP_SHARE: f64 = 0.5;
+
+/// Copy-on-write un-sharing needs a worker's RSS to stay flat: its RSS
+/// growth at most this fraction of its RSS at the end (un-sharing turns a
+/// shared resident page into a private one: RSS does not move, USS does).
+/// 0.1.
+const COW_FLAT_RSS_FRACTION: f64 = 0.1;
+
+/// ... and its exact copy-on-write fault bytes at least this share of its
+/// USS growth: USS also grows without a single write when the master exits
+/// or unmaps (its pages become the worker's alone), which is not
+/// un-sharing. 0.5.
+const COW_FAULT_SHARE: f64 = 0.5;
+
+/// A process's growth is file-backed when its net file-backed growth
+/// (exact counters) is at least [`MIN_GROWTH_BYTES`] and at least this
+/// share of its net growth of all kinds (file, anonymous, shmem). 0.5.
+const FILE_BACKED_SHARE: f64 = 0.5;
 
 /// A spike is released when RSS falls back after the peak by at least this
 /// fraction of the rise. 0.5.
@@ -89,9 +135,9 @@ const SPIKE_RELEASE_FRACTION: f64 = 0.5;
 const SPIKE_MAX_RISE_FRACTION: f64 = 0.35;
 
 /// A spike is tied to one path when that path holds at least this share of
-/// the process's sampled growth and, when bucket timelines are known, this
-/// share of the path's own growth falls in the two busiest adjacent buckets.
-/// 0.5.
+/// the process's sampled bytes held at its high-water mark and, when bucket
+/// timelines are known, this share of the path's growth falls in the two
+/// busiest adjacent buckets. 0.5.
 const SPIKE_PATH_SHARE: f64 = 0.5;
 
 /// An interval between two RSS readings is idle when its activity rate (page
@@ -112,16 +158,25 @@ const RETAINED_FRACTION: f64 = 0.8;
 /// [`MIN_GROWTH_BYTES`]). 0.25.
 const IDLE_GROWTH_SHARE: f64 = 0.25;
 
-/// A path grows steadily (the unbounded-cache signature) when it grows in at
-/// least this fraction of the buckets between its first and last growth.
-/// 0.6.
+/// A path's held bytes keep rising (the unbounded-cache signature) when
+/// they rise in at least this fraction of the buckets between its first
+/// and last change of held bytes. 0.6.
 const STEADY_PRESENT_FRACTION: f64 = 0.6;
 
-/// ... and spans at least this many buckets. 3.
+/// ... and that span is at least this many buckets. 3.
 const STEADY_MIN_BUCKETS: u64 = 3;
 
-/// ... and no single bucket holds more than this share of its growth. 0.5.
+/// ... and no single bucket holds more than this share of its rises. 0.5.
 const STEADY_MAX_BUCKET_SHARE: f64 = 0.5;
+
+/// ... and it still holds at the end at least this share of what it grew:
+/// memory freed and touched again (a reused buffer) grows many times what
+/// it holds and is not a cache that keeps growing. 0.5.
+const STEADY_MIN_HELD_SHARE: f64 = 0.5;
+
+/// A path line notes that memory was freed and touched again when the path
+/// grew more than this many times what it held at most. 2.
+const RETOUCHED_RATIO: u64 = 2;
 
 /// A growth pattern memtrace recognises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +220,16 @@ pub enum Scope {
     },
 }
 
+impl Scope {
+    /// The scope of one process image.
+    fn of(p: &ProcessReport) -> Self {
+        Self::Process {
+            process: p.id,
+            tgid: p.tgid,
+        }
+    }
+}
+
 /// How sure a finding is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -184,9 +249,12 @@ pub struct Finding {
     pub scope: Scope,
     /// How sure.
     pub strength: Strength,
-    /// One sentence, e.g. "worker 1234 grows while its 3 siblings stay flat".
+    /// One sentence, e.g. "worker tgid 1234 grew +120.0 MiB while its 3
+    /// sibling(s) stayed flat"; processes are named as
+    /// [`ProcessReport::name`] names them.
     pub summary: String,
-    /// The numbers behind it, one per line.
+    /// The numbers behind it, one per line (the last one says why the
+    /// evidence is weak, for a weak finding).
     pub evidence: Vec<String>,
     /// The code paths behind it, largest first (ids into `Report::stacks`).
     pub paths: Vec<StackId>,
@@ -223,12 +291,14 @@ pub fn diagnose(report: Report) -> Diagnosed {
 /// Classifies the report's processes and tree. Always returns at least one
 /// finding (when no pattern matched: `NoGrowth` when nothing grew, a weak
 /// `UnmatchedGrowth` about the largest riser when it grew), most important
-/// first: strong
-/// before weak, then by the bytes each explains, largest first.
+/// first: strong before weak; among equals copy-on-write un-sharing first,
+/// then by the bytes each explains, largest first.
 pub fn findings(report: &Report) -> Vec<Finding> {
-    let mut drafts = tree::findings(report);
-    for process in &report.processes {
-        drafts.extend(process::findings(report, process));
+    let (mut drafts, cow_covered) = cow::findings(report);
+    drafts.extend(tree::findings(report, &cow_covered));
+    for p in &report.processes {
+        drafts.extend(files::finding(report, p));
+        drafts.extend(process::findings(report, p, files::basis(p)));
     }
     if drafts.is_empty() {
         drafts.push(no_pattern(report));
@@ -239,6 +309,7 @@ pub fn findings(report: &Report) -> Vec<Finding> {
     drafts.sort_by_key(|d| {
         (
             !d.weak_reasons.is_empty(),
+            d.pattern != Pattern::CowUnsharing,
             Reverse(d.impact_bytes),
             d.pattern as u8,
             scope_key(d.scope),
@@ -367,10 +438,15 @@ fn growth_too_small(what: &str, growth_bytes: u64) -> Option<String> {
     })
 }
 
-/// Why `readings` RSS readings of `tgid` are too few, if they are.
-fn too_few_readings(tgid: u32, readings: usize) -> Option<String> {
-    (readings < MIN_TIMELINE_POINTS)
-        .then(|| format!("tgid {tgid} has only {readings} RSS readings (< {MIN_TIMELINE_POINTS})"))
+/// Why `p`'s RSS readings are too few, if they are.
+fn too_few_readings(p: &ProcessReport) -> Option<String> {
+    let readings = p.timeline.len();
+    (readings < MIN_TIMELINE_POINTS).then(|| {
+        format!(
+            "{} has only {readings} RSS readings (< {MIN_TIMELINE_POINTS})",
+            p.name()
+        )
+    })
 }
 
 /// `ns` as seconds with one decimal, e.g. `2.5 s`.
@@ -394,6 +470,29 @@ fn median(values: &[u64]) -> u64 {
         .get(sorted.len().saturating_sub(1) / 2)
         .copied()
         .unwrap_or(0)
+}
+
+/// `items` joined by `, ` (by `; ` when an item holds a comma), at most
+/// [`MAX_PROCESSES_LISTED`] of them, then `… N more`.
+fn listed(items: &[String]) -> String {
+    let separator = if items.iter().any(|item| item.contains(',')) {
+        "; "
+    } else {
+        ", "
+    };
+    let mut line = items
+        .iter()
+        .take(MAX_PROCESSES_LISTED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(separator);
+    if items.len() > MAX_PROCESSES_LISTED {
+        line.push_str(&format!(
+            "{separator}… {} more",
+            items.len() - MAX_PROCESSES_LISTED
+        ));
+    }
+    line
 }
 
 /// The name engineers know a stack by: its innermost Python frame
@@ -422,121 +521,82 @@ fn function_name(report: &Report, stack: StackId) -> String {
         .unwrap_or_else(|| path_name(report, stack))
 }
 
-/// The growth paths of one process that end in the same Python function
-/// (same function and file; lines and native frames may differ), summed.
-#[derive(Clone, Debug)]
-struct PathGroup<'a> {
-    /// Its paths, largest growth first.
-    paths: Vec<&'a PathReport>,
-    /// Summed sampled growth.
-    growth_bytes: u64,
-    /// Summed samples.
-    samples: u64,
-    /// Summed share (0..=1) of the process's sampled growth.
-    growth_share: f64,
+/// Which memory of a process a per-process finding reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Basis {
+    /// Its RSS, as the process table shows it.
+    Rss,
+    /// Its RSS without file-backed pages (anonymous + shmem), for a process
+    /// whose growth is mostly file-backed: its page cache is told apart
+    /// ([`Pattern::FileBackedGrowth`]), never read as its own growth.
+    WithoutFile,
 }
 
-impl PathGroup<'_> {
-    /// Its stack ids, largest first.
-    fn stacks(&self) -> Vec<StackId> {
-        self.paths.iter().map(|p| p.stack).collect()
+impl Basis {
+    /// How evidence lines name the memory.
+    fn what(self) -> &'static str {
+        match self {
+            Self::Rss => "RSS",
+            Self::WithoutFile => "RSS without file-backed pages",
+        }
     }
 }
 
-/// What groups paths into a [`PathGroup`]: the innermost Python frame's
-/// function and file, else the whole innermost frame.
-fn group_key(report: &Report, stack: StackId) -> String {
-    let frames = report.frames(stack);
-    frames
-        .iter()
-        .rev()
-        .find_map(|f| match f {
-            Frame::Python { function, file, .. } => Some(format!("{function} ({file})")),
-            _ => None,
-        })
-        .unwrap_or_else(|| path_name(report, stack))
-}
-
-/// The top growth paths of `tgid` grouped by function (up to
-/// [`TOP_PATHS`] groups with growth, largest first).
-fn process_path_groups(report: &Report, process: ProcessId) -> Vec<PathGroup<'_>> {
-    let mut groups: Vec<(String, PathGroup<'_>)> = Vec::new();
-    for path in report
-        .paths
-        .iter()
-        .filter(|p| p.process == process && p.bytes.growth_bytes > 0)
-    {
-        let key = group_key(report, path.stack);
-        let index = match groups.iter().position(|(k, _)| *k == key) {
-            Some(index) => index,
-            None => {
-                let empty = PathGroup {
-                    paths: Vec::new(),
-                    growth_bytes: 0,
-                    samples: 0,
-                    growth_share: 0.0,
-                };
-                groups.push((key, empty));
-                groups.len() - 1
-            }
-        };
-        let group = &mut groups[index].1;
-        group.paths.push(path);
-        group.growth_bytes += path.bytes.growth_bytes;
-        group.samples += path.bytes.samples;
-        group.growth_share += path.growth_share;
-    }
-    // Paths come largest first, so groups are in order of their largest
-    // path; rank them by their sums.
-    groups.sort_by_key(|(_, g)| Reverse(g.growth_bytes));
-    groups.truncate(TOP_PATHS);
-    groups.into_iter().map(|(_, g)| g).collect()
-}
-
-/// One evidence line per path group of one process: its name, sampled
-/// growth and share of the process's sampled growth.
-fn describe_groups(report: &Report, tgid: u32, groups: &[PathGroup<'_>]) -> Vec<PathEvidence> {
-    groups
-        .iter()
-        .map(|g| PathEvidence {
-            stacks: g.stacks(),
-            samples: g.samples,
-            line: format!(
-                "path {}: +{} sampled growth ({:.0}% of tgid {tgid}'s) in {} stack(s), {} samples",
-                path_name(report, g.paths[0].stack),
-                format_bytes(g.growth_bytes),
-                100.0 * g.growth_share,
-                g.paths.len(),
-                g.samples
-            ),
-        })
-        .collect()
-}
-
-/// The RSS readings of `p` while it lived. The last readings of an exited
-/// process, taken at its exit, show its address space being torn down rather
-/// than what the program held, so they are left out (one reading is always
-/// kept).
-fn lived_timeline(p: &ProcessReport) -> &[RssPoint] {
-    let Some(exit_ns) = p.exited_ns else {
-        return &p.timeline;
-    };
-    let before_exit = p.timeline.iter().take_while(|pt| pt.t_ns < exit_ns).count();
-    &p.timeline[..before_exit.max(p.timeline.len().min(1))]
-}
-
-/// RSS of a process over its [`lived_timeline`].
+/// One reading of a process's memory on a [`Basis`].
 #[derive(Clone, Copy, Debug)]
-struct Lived {
-    /// First reading.
+struct Reading {
+    /// Since the run start.
+    t_ns: u64,
+    /// The memory on the basis.
+    bytes: u64,
+    /// Page faults plus address-space syscalls so far (cumulative).
+    activity: u64,
+}
+
+/// One process image's memory over its life (which ends where its exit
+/// began or it exec'd: the report's timelines end there), as a finding
+/// reads it. On [`Basis::Rss`] the start, end and peak are the image's
+/// [`crate::aggregate::RssSummary`], the numbers of the process table.
+#[derive(Clone, Debug)]
+struct Memory {
+    basis: Basis,
+    readings: Vec<Reading>,
     start_bytes: u64,
-    /// Last reading.
     end_bytes: u64,
-    /// Highest reading.
     peak_bytes: u64,
 }
 
-impl Lived {
+impl Memory {
+    /// `p`'s memory on `basis`; `None` without RSS readings.
+    fn of(p: &ProcessReport, basis: Basis) -> Option<Self> {
+        let rss = p.rss?;
+        let bytes = |pt: &RssPoint| match basis {
+            Basis::Rss => pt.rss_bytes,
+            Basis::WithoutFile => pt.rss_bytes.saturating_sub(pt.file_bytes),
+        };
+        let readings: Vec<Reading> = p
+            .timeline
+            .iter()
+            .map(|pt| Reading {
+                t_ns: pt.t_ns,
+                bytes: bytes(pt),
+                activity: pt.page_faults.saturating_add(pt.syscalls),
+            })
+            .collect();
+        let highest = readings.iter().map(|r| r.bytes).max()?;
+        let (start_bytes, end_bytes, peak_bytes) = match basis {
+            Basis::Rss => (rss.start_bytes, rss.end_bytes, rss.peak_bytes.max(highest)),
+            Basis::WithoutFile => (readings.first()?.bytes, readings.last()?.bytes, highest),
+        };
+        Some(Self {
+            basis,
+            readings,
+            start_bytes,
+            end_bytes,
+            peak_bytes,
+        })
+    }
+
     /// `end - start`, 0 when it shrank.
     fn growth_bytes(&self) -> u64 {
         self.end_bytes.saturating_sub(self.start_bytes)
@@ -546,49 +606,41 @@ impl Lived {
     fn rise_bytes(&self) -> u64 {
         self.peak_bytes.saturating_sub(self.start_bytes)
     }
+
+    /// `tgid N (`label`): RSS a -> b (peak c) over T`.
+    fn line(&self, p: &ProcessReport) -> String {
+        format!(
+            "{} (`{}`): {} {} -> {} (peak {}) over {}",
+            p.name(),
+            p.label(),
+            self.basis.what(),
+            format_bytes(self.start_bytes),
+            format_bytes(self.end_bytes),
+            format_bytes(self.peak_bytes),
+            seconds(p.traced_ns)
+        )
+    }
 }
 
-/// `p`'s RSS over its [`lived_timeline`]; `None` without readings.
-fn lived(p: &ProcessReport) -> Option<Lived> {
-    let timeline = lived_timeline(p);
-    Some(Lived {
-        start_bytes: timeline.first()?.rss_bytes,
-        end_bytes: timeline.last()?.rss_bytes,
-        peak_bytes: timeline.iter().map(|pt| pt.rss_bytes).max()?,
+/// `exact resident anonymous growth X, released Y` from `p`'s counters.
+fn anon_counters_line(p: &ProcessReport) -> Option<String> {
+    p.counters.map(|c| {
+        format!(
+            "exact resident anonymous growth {}, released {}",
+            format_bytes(c.anon_growth_bytes),
+            format_bytes(c.anon_release_bytes)
+        )
     })
 }
 
-/// Evidence for the top growth stacks merged over the processes in
-/// `processes` (all processes when empty).
-fn merged_growth_paths(report: &Report, processes: &[ProcessId]) -> Vec<PathEvidence> {
-    report
-        .growth_stacks
-        .iter()
-        .filter(|s| processes.is_empty() || s.processes.iter().any(|t| processes.contains(t)))
-        .take(TOP_PATHS)
-        .map(|s| PathEvidence {
-            stacks: vec![s.stack],
-            samples: s.bytes.samples,
-            line: format!(
-                "path {}: +{} sampled growth ({:.0}% of all) in {} process(es), {} samples",
-                path_name(report, s.stack),
-                format_bytes(s.bytes.growth_bytes),
-                100.0 * s.growth_share,
-                s.processes.len(),
-                s.bytes.samples
-            ),
-        })
-        .collect()
-}
-
-/// The process whose RSS rose the most over its [`lived_timeline`] (peak
-/// minus first reading; the lowest tgid of equals), with that RSS.
-fn largest_riser(report: &Report) -> Option<(&ProcessReport, Lived)> {
+/// The process whose RSS rose the most (peak minus start; the lowest tgid
+/// of equals), with that memory.
+fn largest_riser(report: &Report) -> Option<(&ProcessReport, Memory)> {
     report
         .processes
         .iter()
-        .filter_map(|p| Some((p, lived(p)?)))
-        .max_by_key(|(p, rss)| (rss.rise_bytes(), Reverse(p.tgid)))
+        .filter_map(|p| Some((p, Memory::of(p, Basis::Rss)?)))
+        .max_by_key(|(p, memory)| (memory.rise_bytes(), Reverse((p.tgid, p.id))))
 }
 
 /// The finding when no pattern matched: [`Pattern::NoGrowth`] for the tree
@@ -596,18 +648,20 @@ fn largest_riser(report: &Report) -> Option<(&ProcessReport, Lived)> {
 /// [`Pattern::UnmatchedGrowth`] about the largest riser.
 fn no_pattern(report: &Report) -> Draft {
     match largest_riser(report) {
-        Some((p, rss)) if rss.rise_bytes() >= MIN_GROWTH_BYTES => unmatched_growth(report, p, rss),
-        largest => no_growth(report, largest.map(|(p, rss)| (p.tgid, rss.rise_bytes()))),
+        Some((p, memory)) if memory.rise_bytes() >= MIN_GROWTH_BYTES => {
+            unmatched_growth(report, p, &memory)
+        }
+        largest => no_growth(report, largest.map(|(p, m)| (p.name(), m.rise_bytes()))),
     }
 }
 
 /// The finding when nothing rose past [`MIN_GROWTH_BYTES`]: says how much
-/// the largest riser (`(tgid, rise)`) rose.
-fn no_growth(report: &Report, largest: Option<(u32, u64)>) -> Draft {
-    let summary = match largest {
-        Some((tgid, rise)) => format!(
-            "no growth to explain: the largest RSS rise is +{} in tgid {tgid} (under {})",
-            format_bytes(rise),
+/// the largest riser (`(name, rise)`) rose.
+fn no_growth(report: &Report, largest: Option<(String, u64)>) -> Draft {
+    let summary = match &largest {
+        Some((name, rise)) => format!(
+            "no growth to explain: the largest RSS rise is +{} in {name} (under {})",
+            format_bytes(*rise),
             format_bytes(MIN_GROWTH_BYTES)
         ),
         None => "no RSS was read, so no growth pattern can be told".to_owned(),
@@ -617,7 +671,7 @@ fn no_growth(report: &Report, largest: Option<(u32, u64)>) -> Draft {
     if largest.is_none() {
         draft.weak_if(Some("no RSS readings".to_owned()));
     }
-    for path in &merged_growth_paths(report, &[]) {
+    for path in &paths::merged_paths(report, &[]) {
         draft.paths.extend(&path.stacks);
         draft.evidence.push(path.line.clone());
     }
@@ -627,35 +681,23 @@ fn no_growth(report: &Report, largest: Option<(u32, u64)>) -> Draft {
     draft
 }
 
-/// The weak finding when `p` rose by at least [`MIN_GROWTH_BYTES`] (its
-/// lived RSS is `rss`) but no pattern matched: how it grew, and its growth
-/// paths merged over the tree.
-fn unmatched_growth(report: &Report, p: &ProcessReport, rss: Lived) -> Draft {
+/// The weak finding when `p` rose by at least [`MIN_GROWTH_BYTES`] but no
+/// pattern matched: how it grew, and the paths holding the most in it.
+fn unmatched_growth(report: &Report, p: &ProcessReport, memory: &Memory) -> Draft {
     let summary = format!(
-        "tgid {} grew +{} but matches none of the known growth patterns",
-        p.tgid,
-        format_bytes(rss.rise_bytes())
+        "{} grew +{} but matches none of the known growth patterns",
+        p.name(),
+        format_bytes(memory.rise_bytes())
     );
     let mut draft = Draft::new(
         Pattern::UnmatchedGrowth,
-        Scope::Process {
-            process: p.id,
-            tgid: p.tgid,
-        },
-        rss.rise_bytes(),
+        Scope::of(p),
+        memory.rise_bytes(),
         summary,
     );
-    draft.evidence.push(format!(
-        "tgid {} (`{}`): RSS {} -> {} (peak {}) over {}",
-        p.tgid,
-        p.label(),
-        format_bytes(rss.start_bytes),
-        format_bytes(rss.end_bytes),
-        format_bytes(rss.peak_bytes),
-        seconds(p.traced_ns)
-    ));
+    draft.evidence.push(memory.line(p));
     draft.evidence.push(run_line(report));
-    let paths = merged_growth_paths(report, &[p.id]);
+    let paths = paths::merged_paths(report, &[p.id]);
     draft.name_paths(&paths);
     draft.weak_if(Some(
         "no known pattern fits its RSS timeline, so these numbers do not say why it grew"
@@ -668,26 +710,46 @@ fn unmatched_growth(report: &Report, p: &ProcessReport, rss: Lived) -> Draft {
         .collect();
     draft.next_step = if names.is_empty() {
         format!(
-            "find what tgid {} allocates (no sampled path explains it: record with a smaller \
+            "find what {} allocates (no sampled path explains it: record with a smaller \
              --sample-bytes)",
-            p.tgid
+            p.name()
         )
     } else {
         format!(
-            "look at what {} allocate(s) in tgid {} and whether it is kept",
+            "look at what {} allocate(s) in {} and whether it is kept",
             names.join(", "),
-            p.tgid
+            p.name()
         )
     };
     draft
 }
 
-/// How many processes were traced for how long, and the tree's peak RSS.
+/// How many processes (and images) were traced for how long, and the
+/// tree's highest summed RSS and PSS (the totals the table shows).
 fn run_line(report: &Report) -> String {
-    format!(
-        "{} process(es) traced for {}; peak total RSS {}",
-        report.totals.processes,
+    let mut identities: Vec<(u32, u64)> = report
+        .processes
+        .iter()
+        .map(|p| (p.tgid, p.start_time_ns))
+        .collect();
+    identities.sort_unstable();
+    identities.dedup();
+    let images = report.processes.len();
+    let mut line = format!("{} process(es)", identities.len());
+    if images > identities.len() {
+        line.push_str(&format!(" ({images} images)"));
+    }
+    let totals = &report.totals;
+    line.push_str(&format!(
+        " traced for {}; highest summed RSS {}",
         seconds(report.meta.duration_ns),
-        format_bytes(report.totals.peak_total_rss_bytes)
-    )
+        format_bytes(totals.peak_total_rss_bytes)
+    ));
+    if totals.peak_total_pss_bytes > 0 {
+        line.push_str(&format!(
+            ", highest summed PSS (shared pages counted once) {}",
+            format_bytes(totals.peak_total_pss_bytes)
+        ));
+    }
+    line
 }

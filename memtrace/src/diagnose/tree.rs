@@ -1,43 +1,133 @@
 //! Tree-wide patterns of the diagnosis step: which process grows against its
 //! siblings, whether every worker holds a large footprint, and whether the
 //! tree's memory multiplies with its forks.
+//!
+//! Sizes and tree sums count a page shared copy-on-write once: a process
+//! whose PSS was read is measured by its PSS, one without by its RSS, and
+//! the evidence says which ([`Measure`]).
 
 use std::collections::BTreeMap;
 
-use crate::aggregate::{ProcessId, ProcessReport, Report, Role};
-use crate::units::format_bytes;
+use crate::aggregate::{ProcessId, ProcessReport, Report, Role, RssPoint};
+use crate::units::{format_bytes, format_signed_bytes};
 
+use super::paths::{self, HeldRise, Kind, Rank};
 use super::{
-    describe_groups, function_name, growth_too_small, lived, lived_timeline, median,
-    merged_growth_paths, path_name, percent, process_path_groups, seconds, too_few_readings, Draft,
-    PathEvidence, Pattern, Scope, LARGE_WORKER_BYTES, MAX_WORKER_SPREAD, MIN_FORK_STEP_SHARE,
-    MIN_GROWTH_BYTES, MULTIPLICATION_TOLERANCE, SIBLING_GROWTH_RATIO, STABLE_LATE_CHANGE_FRACTION,
-    TOP_PATHS,
+    anon_counters_line, files, function_name, growth_too_small, listed, median, percent, seconds,
+    too_few_readings, Draft, Memory, PathEvidence, Pattern, Scope, LARGE_WORKER_BYTES,
+    MAX_WORKER_SPREAD, MIN_FORK_STEP_SHARE, MIN_GROWTH_BYTES, MULTIPLICATION_TOLERANCE,
+    SIBLING_GROWTH_RATIO, STABLE_LATE_CHANGE_FRACTION,
 };
 
-/// All tree-wide findings of `report`.
-pub(super) fn findings(report: &Report) -> Vec<Draft> {
+/// All tree-wide findings of `report`; workers in `cow_covered` are already
+/// explained by a copy-on-write un-sharing finding, so a multiplication or
+/// every-worker-large finding made only of them is not made again.
+pub(super) fn findings(report: &Report, cow_covered: &[ProcessId]) -> Vec<Draft> {
     let mut drafts = one_process_grows(report);
-    drafts.extend(worker_multiplication(report));
-    drafts.extend(every_worker_large(report));
+    drafts.extend(worker_multiplication(report, cow_covered));
+    drafts.extend(every_worker_large(report, cow_covered));
     drafts
 }
 
-/// RSS growth of `p` while it lived (end minus start), 0 when it shrank or
-/// was never read.
-fn growth_bytes(p: &ProcessReport) -> u64 {
-    lived(p).map_or(0, |r| r.growth_bytes())
+/// What a process's size and the tree's sums are measured in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Measure {
+    /// Proportional set size: a page shared by N processes counts 1/N in
+    /// each (read from /proc/PID/smaps_rollup).
+    Pss,
+    /// Resident set size: a page shared by N processes counts in each.
+    Rss,
 }
 
-/// Final RSS of `p` while it lived, 0 when never read.
+impl Measure {
+    /// PSS when `p`'s PSS was read, else RSS.
+    pub(super) fn of(p: &ProcessReport) -> Self {
+        if p.sharing.is_some() {
+            Self::Pss
+        } else {
+            Self::Rss
+        }
+    }
+
+    /// `p`'s memory at reading `pt` in this measure; `None` for a reading
+    /// taken before its first PSS read.
+    pub(super) fn at(self, pt: &RssPoint) -> Option<u64> {
+        match self {
+            Self::Pss => pt.pss_bytes,
+            Self::Rss => Some(pt.rss_bytes),
+        }
+    }
+
+    /// `p`'s memory at its end in this measure (0 when never read).
+    fn end_bytes(self, p: &ProcessReport) -> u64 {
+        match self {
+            Self::Pss => p.sharing.map_or(0, |s| s.end_pss_bytes),
+            Self::Rss => p.rss.map_or(0, |r| r.end_bytes),
+        }
+    }
+
+    /// `p`'s highest memory in this measure (0 when never read).
+    fn peak_bytes(self, p: &ProcessReport) -> u64 {
+        match self {
+            Self::Pss => p.sharing.map_or(0, |s| s.peak_pss_bytes),
+            Self::Rss => p.rss.map_or(0, |r| r.peak_bytes),
+        }
+    }
+}
+
+/// How a set of processes was measured, for the evidence.
+fn measured(processes: &[&ProcessReport]) -> (&'static str, &'static str) {
+    let pss = processes
+        .iter()
+        .filter(|p| Measure::of(p) == Measure::Pss)
+        .count();
+    if pss == processes.len() {
+        (
+            "PSS",
+            "PSS: a page shared copy-on-write counts once in the tree",
+        )
+    } else if pss == 0 {
+        (
+            "RSS",
+            "RSS: no PSS was read, so a page still shared copy-on-write counts once per process",
+        )
+    } else {
+        (
+            "PSS or RSS",
+            "PSS where it was read, RSS for the processes without PSS readings (their shared \
+             pages count once per process)",
+        )
+    }
+}
+
+/// `p`'s size: its memory at its end, in its [`Measure`].
 fn size_bytes(p: &ProcessReport) -> u64 {
-    lived(p).map_or(0, |r| r.end_bytes)
+    Measure::of(p).end_bytes(p)
 }
 
-/// Processes with RSS readings grouped by parent: siblings.
+/// Growth of `p`'s own memory while it lived (end minus start on its
+/// diagnosis basis: RSS, or RSS without file-backed pages when its growth
+/// is mostly file-backed), 0 when it shrank or was never read.
+fn growth_bytes(p: &ProcessReport) -> u64 {
+    Memory::of(p, files::basis(p)).map_or(0, |m| m.growth_bytes())
+}
+
+/// Where an image's numbers end for the tree: its exec or the start of
+/// its exit, else its exit record; `None` when it lived to the end.
+fn end_ns(p: &ProcessReport) -> Option<u64> {
+    p.ended_ns().or(p.exited_ns)
+}
+
+/// Processes with RSS readings grouped by parent image: siblings. Only the
+/// last image of each process is a sibling (an image an execve replaced is
+/// not compared with anything).
 fn sibling_groups(report: &Report) -> BTreeMap<Option<ProcessId>, Vec<&ProcessReport>> {
     let mut groups: BTreeMap<Option<ProcessId>, Vec<&ProcessReport>> = BTreeMap::new();
-    for p in report.processes.iter().filter(|p| lived(p).is_some()) {
+    for p in report
+        .processes
+        .iter()
+        .filter(|p| p.rss.is_some() && p.next_image.is_none())
+    {
         groups.entry(p.parent).or_default().push(p);
     }
     groups
@@ -68,7 +158,7 @@ fn one_process_grows(report: &Report) -> Vec<Draft> {
 fn outgrows_siblings(p: &ProcessReport, siblings: &[&ProcessReport]) -> bool {
     let others: Vec<u64> = siblings
         .iter()
-        .filter(|s| s.tgid != p.tgid)
+        .filter(|s| s.id != p.id)
         .map(|s| growth_bytes(s))
         .collect();
     let growth = growth_bytes(p);
@@ -85,85 +175,73 @@ fn grower_finding(
     let others: Vec<&ProcessReport> = siblings
         .iter()
         .copied()
-        .filter(|s| s.tgid != grower.tgid)
+        .filter(|s| s.id != grower.id)
         .collect();
     let other_growth: Vec<u64> = others.iter().map(|s| growth_bytes(s)).collect();
     let growth = growth_bytes(grower);
-    let groups = process_path_groups(report, grower.id);
-    let top = groups
-        .first()
-        .map(|g| function_name(report, g.paths[0].stack));
+    let groups = paths::process_groups(report, grower.id, Kind::Own, Rank::End);
+    let top = groups.first();
+    let top_function = top.map(|g| function_name(report, g.top_stack()));
+    let steady = top
+        .and_then(|g| paths::held_rise(&g.paths, report.path_bucket_ns))
+        .is_some_and(|rise: HeldRise| rise.is_steady());
     let mut summary = format!(
         "{} {} grew +{} while its {} sibling(s) stayed flat (median +{})",
         grower.role,
-        grower.tgid,
+        grower.name(),
         format_bytes(growth),
         others.len(),
         format_bytes(median(&other_growth))
     );
-    if let Some(function) = &top {
-        summary.push_str(&format!(", mostly in {function}"));
-    }
-    let mut draft = Draft::new(
-        Pattern::OneProcessGrows,
-        Scope::Process {
-            process: grower.id,
-            tgid: grower.tgid,
-        },
-        growth,
-        summary,
-    );
-    if let Some(rss) = lived(grower) {
-        draft.evidence.push(format!(
-            "tgid {} (`{}`): RSS {} -> {} (peak {}) over {}",
-            grower.tgid,
-            grower.label(),
-            format_bytes(rss.start_bytes),
-            format_bytes(rss.end_bytes),
-            format_bytes(rss.peak_bytes),
-            seconds(grower.traced_ns)
+    if let (Some(group), Some(function)) = (top, &top_function) {
+        summary.push_str(&format!(
+            ", mostly in {function} ({} held at the end)",
+            format_bytes(group.held_end_bytes)
         ));
+    }
+    let mut draft = Draft::new(Pattern::OneProcessGrows, Scope::of(grower), growth, summary);
+    if let Some(memory) = Memory::of(grower, files::basis(grower)) {
+        draft.evidence.push(memory.line(grower));
     }
     draft.evidence.push(format!(
         "siblings: {}",
-        others
-            .iter()
-            .map(|s| format!("{} +{}", s.tgid, format_bytes(growth_bytes(s))))
-            .collect::<Vec<_>>()
-            .join(", ")
+        listed(
+            &others
+                .iter()
+                .map(|s| format!("{} +{}", s.name(), format_bytes(growth_bytes(s))))
+                .collect::<Vec<_>>()
+        )
     ));
-    if let Some(c) = grower.counters {
-        draft.evidence.push(format!(
-            "exact resident anonymous growth {}, released {}",
-            format_bytes(c.anon_growth_bytes),
-            format_bytes(c.anon_release_bytes)
-        ));
-    }
-    draft.name_paths(&describe_groups(report, grower.tgid, &groups));
+    draft.evidence.extend(anon_counters_line(grower));
+    draft.name_paths(&paths::describe_groups(report, grower, &groups));
     draft.weak_if(growth_too_small("its growth", growth));
-    draft.weak_if(too_few_readings(grower.tgid, grower.timeline.len()));
+    draft.weak_if(too_few_readings(grower));
     draft.weak_if((growers > 1).then(|| format!("{growers} of the siblings outgrow the rest")));
-    draft.next_step = match &top {
-        Some(function) => format!(
-            "look at what {function} keeps in tgid {}: bound that cache or drop the \
-             references once a request is done (compare with a sibling: --per-process)",
-            grower.tgid
+    let name = grower.name();
+    draft.next_step = match (&top_function, steady) {
+        (Some(function), true) => format!(
+            "look at what {function} keeps in {name}: bound that cache or drop the \
+             references once a request is done (compare with a sibling: --per-process)"
         ),
-        None => format!(
-            "find what tgid {} does that its siblings do not (no sampled path explains it: \
-             record with a smaller --sample-bytes)",
-            grower.tgid
+        (Some(function), false) => format!(
+            "look at what {function} holds in {name} ({} at the end) and why its siblings \
+             do not (compare with a sibling: --per-process)",
+            format_bytes(top.map_or(0, |g| g.held_end_bytes))
+        ),
+        (None, _) => format!(
+            "find what {name} does that its siblings do not (no sampled path explains it: \
+             record with a smaller --sample-bytes)"
         ),
     };
     draft
 }
 
-/// Workers with RSS readings.
+/// Workers with RSS readings: the last image of each.
 fn workers(report: &Report) -> Vec<&ProcessReport> {
     report
         .processes
         .iter()
-        .filter(|p| p.role == Role::Worker && lived(p).is_some())
+        .filter(|p| p.role == Role::Worker && p.rss.is_some() && p.next_image.is_none())
         .collect()
 }
 
@@ -181,38 +259,47 @@ fn spread(sizes: &[u64]) -> f64 {
     }
 }
 
-/// How much `p`'s RSS moved over the second half of its traced life: the
-/// difference between its last reading and the reading nearest the middle.
+/// How much `p`'s memory (in its [`Measure`]) moved over the second half of
+/// its traced life: the difference between its last reading and the
+/// reading nearest the middle.
 fn late_change_bytes(p: &ProcessReport) -> u64 {
-    let timeline = lived_timeline(p);
-    let (Some(first), Some(last)) = (timeline.first(), timeline.last()) else {
+    let measure = Measure::of(p);
+    let readings: Vec<(u64, u64)> = p
+        .timeline
+        .iter()
+        .filter_map(|pt| Some((pt.t_ns, measure.at(pt)?)))
+        .collect();
+    let (Some(first), Some(last)) = (readings.first(), readings.last()) else {
         return 0;
     };
-    let middle_ns = first.t_ns + (last.t_ns - first.t_ns) / 2;
-    let middle = timeline
+    let middle_ns = first.0 + (last.0 - first.0) / 2;
+    let middle = readings
         .iter()
-        .min_by_key(|pt| pt.t_ns.abs_diff(middle_ns))
-        .map_or(0, |pt| pt.rss_bytes);
-    last.rss_bytes.abs_diff(middle)
+        .min_by_key(|(t_ns, _)| t_ns.abs_diff(middle_ns))
+        .map_or(0, |&(_, bytes)| bytes);
+    last.1.abs_diff(middle)
 }
 
-/// Pattern 2: at least two workers, each at least [`LARGE_WORKER_BYTES`],
-/// of similar size (spread at most [`MAX_WORKER_SPREAD`]) and stable over
-/// the second half of their lives.
-fn every_worker_large(report: &Report) -> Option<Draft> {
+/// Pattern 2: at least two workers, each at least [`LARGE_WORKER_BYTES`]
+/// (PSS where read), of similar size (spread at most [`MAX_WORKER_SPREAD`])
+/// and stable over the second half of their lives; not made when every
+/// worker is in `cow_covered`.
+fn every_worker_large(report: &Report, cow_covered: &[ProcessId]) -> Option<Draft> {
     let workers = workers(report);
     let sizes: Vec<u64> = workers.iter().map(|p| size_bytes(p)).collect();
     let large = sizes.iter().all(|&s| s >= LARGE_WORKER_BYTES);
     let stable = workers
         .iter()
         .all(|p| late_change_bytes(p) as f64 <= STABLE_LATE_CHANGE_FRACTION * size_bytes(p) as f64);
-    if workers.len() < 2 || !large || !stable || spread(&sizes) > MAX_WORKER_SPREAD {
+    let covered = workers.iter().all(|w| cow_covered.contains(&w.id));
+    if workers.len() < 2 || !large || !stable || covered || spread(&sizes) > MAX_WORKER_SPREAD {
         return None;
     }
+    let (unit, how) = measured(&workers);
     let per_worker = median(&sizes);
     let total: u64 = sizes.iter().sum();
     let summary = format!(
-        "every worker holds a large, stable footprint: {} workers of about {} each \
+        "every worker holds a large, stable footprint: {} workers of about {} {unit} each \
          (spread {:.0}%)",
         workers.len(),
         format_bytes(per_worker),
@@ -220,20 +307,21 @@ fn every_worker_large(report: &Report) -> Option<Draft> {
     );
     let mut draft = Draft::new(Pattern::EveryWorkerLarge, Scope::Tree, total, summary);
     draft.evidence.push(format!(
-        "per-worker RSS: {}",
-        workers
-            .iter()
-            .map(|p| format!("{} {}", p.tgid, format_bytes(size_bytes(p))))
-            .collect::<Vec<_>>()
-            .join(", ")
+        "per-worker {unit} at the end: {}",
+        listed(
+            &workers
+                .iter()
+                .map(|p| format!("{} {}", p.name(), format_bytes(size_bytes(p))))
+                .collect::<Vec<_>>()
+        )
     ));
     draft.evidence.push(format!(
-        "{} in all; {}",
+        "{} in all ({how}); {}",
         format_bytes(total),
         first_readings_line(report, &workers)
     ));
     let ids: Vec<ProcessId> = workers.iter().map(|p| p.id).collect();
-    let paths = merged_growth_paths(report, &ids);
+    let paths = paths::merged_paths(report, &ids);
     if paths.is_empty() {
         // The footprint is plain from RSS alone; only its origin is unknown.
         draft.evidence.push(
@@ -245,7 +333,7 @@ fn every_worker_large(report: &Report) -> Option<Draft> {
         draft.name_paths(&paths);
     }
     for p in &workers {
-        draft.weak_if(too_few_readings(p.tgid, p.timeline.len()));
+        draft.weak_if(too_few_readings(p));
     }
     draft.next_step = format!(
         "reduce per-worker state before adding workers: load shared data once in the master \
@@ -256,26 +344,35 @@ fn every_worker_large(report: &Report) -> Option<Draft> {
 }
 
 /// What `workers` held at their first reading: for the forks the trace
-/// saw, what they inherited from their parent; for workers already running
-/// when tracing began, what they had built before it.
+/// saw, the RSS they inherited from their parent (shared until written);
+/// for images an execve started, nothing; for workers already running when
+/// tracing began, what they had built before it.
 fn first_readings_line(report: &Report, workers: &[&ProcessReport]) -> String {
-    let forked: Vec<u32> = observed_forks(report).iter().map(|w| w.tgid).collect();
-    let first_bytes = |p: &&ProcessReport| lived(p).map_or(0, |r| r.start_bytes);
-    let (seen, running): (Vec<&ProcessReport>, Vec<&ProcessReport>) =
-        workers.iter().partition(|w| forked.contains(&w.tgid));
+    let forked: Vec<ProcessId> = observed_forks(report).iter().map(|w| w.id).collect();
+    let first_bytes = |p: &&ProcessReport| p.rss.map_or(0, |r| r.start_bytes);
+    let (seen, rest): (Vec<&ProcessReport>, Vec<&ProcessReport>) =
+        workers.iter().partition(|w| forked.contains(&w.id));
+    let (execed, running): (Vec<&ProcessReport>, Vec<&ProcessReport>) =
+        rest.into_iter().partition(|w| w.previous_image.is_some());
     let mut parts = Vec::new();
     if !seen.is_empty() {
         parts.push(format!(
-            "the {} worker(s) forked during the trace held a median {} at their first \
-             reading (inherited at fork)",
+            "the {} worker(s) forked during the trace started from a median RSS of {} \
+             inherited at fork (shared with their parent until written)",
             seen.len(),
             format_bytes(median(&seen.iter().map(first_bytes).collect::<Vec<_>>()))
         ));
     }
+    if !execed.is_empty() {
+        parts.push(format!(
+            "the {} worker image(s) started by an execve started from nothing",
+            execed.len()
+        ));
+    }
     if !running.is_empty() {
         parts.push(format!(
-            "the {} worker(s) already running when tracing began held a median {} at their \
-             first reading",
+            "the {} worker(s) already running when tracing began held a median RSS of {} at \
+             their first reading",
             running.len(),
             format_bytes(median(&running.iter().map(first_bytes).collect::<Vec<_>>()))
         ));
@@ -283,131 +380,146 @@ fn first_readings_line(report: &Report, workers: &[&ProcessReport]) -> String {
     format!("{}; the rest grew while traced", parts.join("; "))
 }
 
-/// Sum of the RSS of the processes alive at `t_ns` (their latest reading at
-/// or before it).
-pub(super) fn tree_rss_at(report: &Report, t_ns: u64) -> u64 {
+/// Each image's readings that count for the tree, in its [`Measure`]:
+/// `(time, memory)` up to its end, oldest first.
+pub(super) fn tree_readings(p: &ProcessReport) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let measure = Measure::of(p);
+    let end = end_ns(p);
+    p.timeline
+        .iter()
+        .filter(move |pt| end.is_none_or(|end| pt.t_ns <= end))
+        .filter_map(move |pt| Some((pt.t_ns, measure.at(pt)?)))
+}
+
+/// The tree's memory at `t_ns`: the sum, over the images that had not ended
+/// before `t_ns`, of their latest [`tree_readings`] at or before it.
+pub(super) fn tree_at(report: &Report, t_ns: u64) -> u64 {
     report
         .processes
         .iter()
-        .filter(|p| p.exited_ns.is_none_or(|exit| exit > t_ns))
-        .filter_map(|p| {
-            lived_timeline(p)
-                .iter()
-                .take_while(|pt| pt.t_ns <= t_ns)
-                .last()
-        })
-        .map(|pt| pt.rss_bytes)
+        .filter(|p| end_ns(p).is_none_or(|end| end >= t_ns))
+        .filter_map(|p| tree_readings(p).take_while(|&(t, _)| t <= t_ns).last())
+        .map(|(_, bytes)| bytes)
         .sum()
 }
 
-/// Highest tree RSS at any reading at or after `from_ns`: [`tree_rss_at`]
-/// at each reading's time, in one sweep over all readings and exits in time
-/// order, keeping each process's latest RSS and their running sum.
-pub(super) fn peak_tree_rss_from(report: &Report, from_ns: u64) -> u64 {
-    // (time, exit after readings at the same time, process index, RSS);
-    // a reading at or after its process's exit counts for nothing.
+/// Highest [`tree_at`] at any reading at or after `from_ns`, in one sweep
+/// over all readings and ends in time order, keeping each image's latest
+/// memory and their running sum (an image counts through its end, and
+/// drops out after the readings of that instant).
+pub(super) fn peak_tree_from(report: &Report, from_ns: u64) -> u64 {
+    // (time, is an end, image index, memory).
     let mut changes: Vec<(u64, bool, usize, u64)> = Vec::new();
     for (index, p) in report.processes.iter().enumerate() {
-        let alive_at = |t_ns: u64| p.exited_ns.is_none_or(|exit| exit > t_ns);
-        changes.extend(lived_timeline(p).iter().map(|pt| {
-            let rss_bytes = if alive_at(pt.t_ns) { pt.rss_bytes } else { 0 };
-            (pt.t_ns, false, index, rss_bytes)
-        }));
-        changes.extend(p.exited_ns.map(|exit| (exit, true, index, 0)));
+        changes.extend(tree_readings(p).map(|(t_ns, bytes)| (t_ns, false, index, bytes)));
+        changes.extend(end_ns(p).map(|end| (end, true, index, 0)));
     }
-    // Stable: readings of one process at the same time stay in order.
-    changes.sort_by_key(|&(t_ns, is_exit, _, _)| (t_ns, is_exit));
+    // Stable: readings of one image at the same time stay in order.
+    changes.sort_by_key(|&(t_ns, is_end, _, _)| (t_ns, is_end));
     let mut latest_bytes = vec![0_u64; report.processes.len()];
     let (mut sum_bytes, mut peak_bytes) = (0_u64, 0_u64);
     for same_time in changes.chunk_by(|a, b| a.0 == b.0) {
-        for &(_, _, index, rss_bytes) in same_time {
-            sum_bytes = sum_bytes - latest_bytes[index] + rss_bytes;
-            latest_bytes[index] = rss_bytes;
+        let t_ns = same_time[0].0;
+        let (ends, readings): (Vec<_>, Vec<_>) = same_time.iter().partition(|c| c.1);
+        for &&(_, _, index, bytes) in &readings {
+            sum_bytes = sum_bytes - latest_bytes[index] + bytes;
+            latest_bytes[index] = bytes;
         }
-        let (t_ns, has_reading) = (same_time[0].0, same_time.iter().any(|c| !c.1));
-        if t_ns >= from_ns && has_reading {
+        if t_ns >= from_ns && !readings.is_empty() {
             peak_bytes = peak_bytes.max(sum_bytes);
+        }
+        for &&(_, _, index, _) in &ends {
+            sum_bytes -= latest_bytes[index];
+            latest_bytes[index] = 0;
         }
     }
     peak_bytes
 }
 
-/// Workers forked while their parent was already being read: the forks the
-/// trace saw, in fork order.
+/// Whether `w` is a fork the trace saw: a worker's first image, forked
+/// while its parent was already being read (its start is the fork).
+pub(super) fn is_observed_fork(report: &Report, w: &ProcessReport) -> bool {
+    w.role == Role::Worker
+        && w.rss.is_some()
+        && w.previous_image.is_none()
+        && w.parent
+            .and_then(|parent| report.process(parent))
+            .and_then(|parent| parent.timeline.first())
+            .is_some_and(|first| first.t_ns < w.started_ns)
+}
+
+/// The forks the trace saw ([`is_observed_fork`]), in fork order.
 fn observed_forks(report: &Report) -> Vec<&ProcessReport> {
-    let mut forked: Vec<&ProcessReport> = workers(report)
-        .into_iter()
-        .filter(|w| {
-            w.parent
-                .and_then(|parent| report.process(parent))
-                .and_then(|parent| parent.timeline.first())
-                .is_some_and(|first| first.t_ns < w.started_ns)
-        })
+    let mut forked: Vec<&ProcessReport> = report
+        .processes
+        .iter()
+        .filter(|w| is_observed_fork(report, w))
         .collect();
-    forked.sort_by_key(|w| (w.started_ns, w.tgid));
+    forked.sort_by_key(|w| (w.started_ns, w.tgid, w.id));
     forked
 }
 
-/// Pattern 3: at least two forks seen, and the tree's RSS rose from just
-/// before the first fork to its peak by about N x the median worker
-/// high-water mark (within [`MULTIPLICATION_TOLERANCE`]). Copy-on-write
-/// un-sharing is counted separately, with the paths that caused it.
-fn worker_multiplication(report: &Report) -> Option<Draft> {
+/// What fork `w` added to the tree by itself: in RSS, all it inherited at
+/// fork (counted again in the worker); in PSS, the inherited pages it
+/// un-shared (exact copy-on-write bytes, at most what it inherited), since
+/// a page still shared adds nothing.
+fn fork_step_bytes(w: &ProcessReport) -> u64 {
+    let inherited = w.rss.map_or(0, |r| r.start_bytes);
+    match Measure::of(w) {
+        Measure::Rss => inherited,
+        Measure::Pss => w.counters.map_or(0, |c| c.cow_fault_bytes).min(inherited),
+    }
+}
+
+/// Pattern 3: at least two forks seen, and the tree's memory (PSS where
+/// read) rose from just before the first fork to its peak by about N x the
+/// median worker high-water mark (within [`MULTIPLICATION_TOLERANCE`]),
+/// mostly by what the forks themselves added ([`MIN_FORK_STEP_SHARE`]).
+/// Not made when every fork is in `cow_covered`.
+fn worker_multiplication(report: &Report, cow_covered: &[ProcessId]) -> Option<Draft> {
     let forks = observed_forks(report);
-    let first_fork_ns = forks.first()?.started_ns;
-    let before = tree_rss_at(report, first_fork_ns.saturating_sub(1));
-    let peak = peak_tree_rss_from(report, first_fork_ns);
+    if forks.len() < 2 || forks.iter().all(|w| cow_covered.contains(&w.id)) {
+        return None;
+    }
+    let first_fork_ns = forks[0].started_ns;
+    let before = tree_at(report, first_fork_ns.saturating_sub(1));
+    let peak = peak_tree_from(report, first_fork_ns);
     let rise = peak.saturating_sub(before);
-    let per_worker = median(
-        &forks
-            .iter()
-            .map(|w| lived(w).map_or(0, |r| r.peak_bytes))
-            .collect::<Vec<_>>(),
-    );
+    let peaks: Vec<u64> = forks.iter().map(|w| Measure::of(w).peak_bytes(w)).collect();
+    let per_worker = median(&peaks);
     let n = forks.len() as f64;
     let ratio = if per_worker == 0 {
         0.0
     } else {
         rise as f64 / per_worker as f64
     };
-    let fork_steps: u64 = forks
-        .iter()
-        .map(|w| w.timeline.first().map_or(0, |pt| pt.rss_bytes))
-        .sum();
-    if forks.len() < 2
-        || per_worker < MIN_GROWTH_BYTES
+    let fork_steps: u64 = forks.iter().map(|w| fork_step_bytes(w)).sum();
+    if per_worker < MIN_GROWTH_BYTES
         || (ratio - n).abs() / n > MULTIPLICATION_TOLERANCE
         || (fork_steps as f64) < MIN_FORK_STEP_SHARE * rise as f64
     {
         return None;
     }
+    let mut tree: Vec<&ProcessReport> = report.processes.iter().collect();
+    tree.retain(|p| p.rss.is_some());
+    let (tree_unit, tree_how) = measured(&tree);
+    let (unit, _) = measured(&forks);
     let summary = format!(
-        "worker multiplication: the tree's RSS rose from {} to {} over {} forks, about {:.1} x \
-         the per-worker size of {}",
+        "worker multiplication: the tree's {tree_unit} rose from {} to {} over {} forks, about \
+         {ratio:.1} x the per-worker {unit} of {}",
         format_bytes(before),
         format_bytes(peak),
         forks.len(),
-        ratio,
         format_bytes(per_worker)
     );
     let mut draft = Draft::new(Pattern::WorkerMultiplication, Scope::Tree, peak, summary);
-    draft.evidence.push(format!(
-        "steps at each fork: {}",
-        forks
-            .iter()
-            .map(|w| format!(
-                "{} at {} +{}",
-                w.tgid,
-                seconds(w.started_ns),
-                format_bytes(w.timeline.first().map_or(0, |pt| pt.rss_bytes))
-            ))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
+    draft
+        .evidence
+        .push(format!("the tree is summed in {tree_how}"));
+    draft.evidence.push(fork_steps_line(&forks));
     let sizes: Vec<u64> = forks.iter().map(|w| size_bytes(w)).collect();
     draft.evidence.push(format!(
-        "per-worker RSS {} median, spread {:.0}% (RSS counts pages still shared with the \
-         master in every worker)",
+        "per-worker {unit}: median {} at its peak, spread {:.0}% at the end",
         format_bytes(per_worker),
         100.0 * spread(&sizes)
     ));
@@ -417,16 +529,17 @@ fn worker_multiplication(report: &Report) -> Option<Draft> {
         .filter_map(|w| w.counters)
         .map(|c| c.cow_fault_bytes)
         .sum();
+    let rss_sizes: u64 = forks.iter().map(|w| w.rss.map_or(0, |r| r.end_bytes)).sum();
     draft.evidence.push(format!(
         "copy-on-write: the workers un-shared {} of inherited pages (exact), {} of their RSS; \
          those are real copies, the rest may still be shared",
         format_bytes(cow_bytes),
-        percent(cow_bytes, sizes.iter().sum())
+        percent(cow_bytes, rss_sizes)
     ));
-    let cow_paths = cow_paths(report, &ids);
-    let mut paths = merged_growth_paths(report, &ids);
-    paths.extend(cow_paths.iter().cloned());
-    draft.name_paths(&paths);
+    let cow_paths = paths::cow_paths(report, &ids);
+    let mut named: Vec<PathEvidence> = paths::merged_paths(report, &ids);
+    named.extend(cow_paths.iter().cloned());
+    draft.name_paths(&named);
     draft.weak_if(growth_too_small(
         "the per-worker size",
         per_worker.min(rise),
@@ -443,36 +556,39 @@ fn worker_multiplication(report: &Report) -> Option<Draft> {
         .and_then(|p| p.stacks.first())
         .map(|&stack| {
             format!(
-                "; {} un-shares the master's pages",
-                path_name(report, stack)
+                "; {} un-shares the master's pages (see copy-on-write)",
+                super::path_name(report, stack)
             )
         })
         .unwrap_or_default();
     draft.next_step = format!(
         "reduce per-worker state before adding workers, or run fewer workers (threads or \
-         async inside one){cow_hint}: avoid writing to inherited objects after fork (gc.freeze() \
-         before forking keeps the collector from un-sharing them)"
+         async inside one){cow_hint}"
     );
     Some(draft)
 }
 
-/// Evidence for the top copy-on-write paths in the processes `ids`.
-fn cow_paths(report: &Report, ids: &[ProcessId]) -> Vec<PathEvidence> {
-    report
-        .top_cow_paths(usize::MAX)
-        .into_iter()
-        .filter(|p| ids.contains(&p.process))
-        .take(TOP_PATHS)
-        .map(|p| PathEvidence {
-            stacks: vec![p.stack],
-            samples: p.bytes.samples,
-            line: format!(
-                "copy-on-write path {}: {} un-shared in tgid {} ({:.0}% of its copy-on-write)",
-                path_name(report, p.stack),
-                format_bytes(p.bytes.cow_bytes),
-                report.tgid(p.process),
-                100.0 * p.cow_share
+/// What each fork added: in RSS the step at the fork (its inherited RSS);
+/// in PSS what it un-shared and grew.
+fn fork_steps_line(forks: &[&ProcessReport]) -> String {
+    let steps: Vec<String> = forks
+        .iter()
+        .map(|w| match Measure::of(w) {
+            Measure::Rss => format!(
+                "{} at {} +{}",
+                w.name(),
+                seconds(w.started_ns),
+                format_bytes(fork_step_bytes(w))
+            ),
+            Measure::Pss => format!(
+                "{} at {}: {} un-shared, RSS {}, {} PSS at its peak",
+                w.name(),
+                seconds(w.started_ns),
+                format_bytes(fork_step_bytes(w)),
+                format_signed_bytes(w.rss.map_or(0, |r| r.growth_bytes)),
+                format_bytes(Measure::Pss.peak_bytes(w))
             ),
         })
-        .collect()
+        .collect();
+    format!("what each fork added: {}", listed(&steps))
 }

@@ -3,8 +3,8 @@
 //! bad input.
 
 use memtrace_common::{
-    AddressOp, AddressRecord, ExecRecord, ExitBeginReason, ExitBeginRecord, ExitRecord,
-    ForkRecord, MemoryEvent, MemoryRecord, RecordHeader, RecordKind, MAX_FRAMES,
+    AddressOp, AddressRecord, ExecRecord, ExitBeginReason, ExitBeginRecord, ExitRecord, ForkRecord,
+    MemoryEvent, MemoryRecord, RecordHeader, RecordKind, MAX_FRAMES,
 };
 use thiserror::Error;
 

@@ -114,7 +114,9 @@ pub fn initial_counters(pid: u32, parent_tgid: u32) -> Result<ProcessCounters, P
 pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
     let stat = open(pid)?.stat().map_err(|source| classify(pid, source))?;
     let ticks_per_second = procfs::ticks_per_second().max(1);
-    Ok(stat.starttime.saturating_mul(1_000_000_000 / ticks_per_second))
+    Ok(stat
+        .starttime
+        .saturating_mul(1_000_000_000 / ticks_per_second))
 }
 
 /// PSS and USS of process `pid` from `/proc/PID/smaps_rollup` (`Pss`, and

@@ -193,7 +193,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         assert!(tree.note_no_runtime(11) >= Duration::from_millis(5));
         tree.exit_began(11);
-        assert!(tree.pending_python().is_empty(), "an exiting process is not probed");
+        assert!(
+            tree.pending_python().is_empty(),
+            "an exiting process is not probed"
+        );
         assert_eq!(tree.exit(11).map(|p| p.id), Some(ProcessId(2)));
         assert_eq!(tree.id_of(11), None);
         // The kernel gives tgid 11 to a new process.

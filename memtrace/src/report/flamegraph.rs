@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use inferno::flamegraph::{self, color::BasicPalette, Direction, Options, Palette};
 
 use super::{folded, text, RenderOptions};
-use crate::aggregate::{ProcessId, Report};
+use crate::aggregate::{ProcessId, Report, Weight};
 use crate::diagnose::Diagnosed;
 
 /// Width of the drawing (inferno's default), in pixels. The standalone SVG
@@ -23,9 +23,10 @@ const MAX_SUBTITLE_CHARS: usize = 160;
 /// Height of the SVG drawn when no growth was sampled, in pixels.
 const EMPTY_HEIGHT: usize = 60;
 
-/// Writes an SVG flame graph of the sampled paths of every process, or only
-/// of `process`, weighed by `options.weight`: one tower per process (its
-/// root frame is `<command> (tgid N)`), frame widths in bytes. `options.inverted` draws an
+/// Writes an SVG flame graph of the sampled paths of every process image, or
+/// only of image `process`, weighed by `options.weight`: one tower per image
+/// (its root frame is `<command> (tgid N)`, named like [`super::folded`]),
+/// frame widths in bytes. `options.inverted` draws an
 /// icicle graph. The title names the run (and the process); the subtitle is
 /// the top diagnosis finding, if any. With no sampled growth, a small SVG
 /// that says so. Interactive (search, zoom) through inferno's embedded
@@ -67,7 +68,7 @@ fn draw(
         .collect();
     let title = title(report, options, process);
     if lines.is_empty() {
-        return empty(&title, out);
+        return empty(&title, options.weight, out);
     }
     let mut inferno = Options::default();
     inferno.title = title;
@@ -97,7 +98,8 @@ fn subtitle(line: &str) -> String {
     cut
 }
 
-/// `memtrace: memory held at peak by `command`` (and of one process).
+/// `memtrace: memory held at peak by `command`` (and `, tgid N (command)`
+/// for one process image).
 fn title(report: &Report, options: &RenderOptions, process: Option<ProcessId>) -> String {
     let mut title = format!(
         "memtrace: memory {} by `{}`",
@@ -110,9 +112,9 @@ fn title(report: &Report, options: &RenderOptions, process: Option<ProcessId>) -
     title
 }
 
-/// A valid SVG holding `title` and a line saying nothing grew (inferno only
-/// draws an error message without input).
-fn empty(title: &str, out: &mut dyn Write) -> io::Result<()> {
+/// A valid SVG holding `title` and a line saying no path has bytes of
+/// `weight` (inferno only draws an error message without input).
+fn empty(title: &str, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
     let middle = IMAGE_WIDTH / 2;
     writeln!(
         out,
@@ -127,7 +129,8 @@ fn empty(title: &str, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
         "<text x=\"{middle}\" y=\"48\" text-anchor=\"middle\" font-size=\"12\">\
-         no memory was sampled with a stack</text>"
+         no sampled path has bytes {}</text>",
+        weight.describe()
     )?;
     writeln!(out, "</svg>")
 }
@@ -135,19 +138,28 @@ fn empty(title: &str, out: &mut dyn Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::test_support::{prefork_report, server_report};
+    use crate::aggregate::test_support::{prefork_diagnosed, server_diagnosed};
+    use crate::report::fixtures::lifecycle_diagnosed;
 
-    fn svg(report: &Report, options: &RenderOptions, tgid: Option<u32>) -> String {
+    fn svg(report: &Diagnosed, options: &RenderOptions, process: Option<ProcessId>) -> String {
         let mut out = Vec::new();
-        render(report, options, tgid, &mut out).unwrap();
+        render(report, options, process, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
+    fn weighed(weight: Weight) -> RenderOptions {
+        RenderOptions {
+            weight,
+            ..RenderOptions::default()
+        }
+    }
+
     #[test]
-    fn frames_carry_bytes_and_the_title_names_the_run() {
-        let text = svg(&server_report(), &RenderOptions::default(), None);
+    fn frames_carry_bytes_and_the_title_names_the_run_and_weight() {
+        let report = server_diagnosed();
+        let text = svg(&report, &RenderOptions::default(), None);
         assert!(
-            text.contains("memtrace: sampled memory growth of `python3 server.py`"),
+            text.contains("memtrace: memory held at peak by `python3 server.py`"),
             "{text}"
         );
         // 36 MiB of 48 MiB under `append`, with bytes as the count name.
@@ -156,6 +168,53 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("var inverted = false"), "{text}");
+        let top = text::finding_line(&report, &report.diagnosis[0]);
+        assert!(text.contains(&html_escaped(&subtitle(&top))), "{text}");
+    }
+
+    /// `text` as inferno escapes it in the SVG.
+    fn html_escaped(text: &str) -> String {
+        super::super::html::escape(text).replace("&#39;", "'")
+    }
+
+    #[test]
+    fn the_weight_sets_frame_widths_and_title() {
+        let report = lifecycle_diagnosed();
+        let peak = svg(&report, &RenderOptions::default(), None);
+        // handle_job: 50 MiB of 150 MiB held at peak.
+        assert!(
+            peak.contains("handle_job (app/jobs.py:20) (52,428,800 bytes, 33.33%)"),
+            "{peak}"
+        );
+        let grown = svg(&report, &weighed(Weight::Grown), None);
+        assert!(
+            grown.contains("memtrace: memory grown by `python3 -m app`"),
+            "{grown}"
+        );
+        // 120 MiB of 220 MiB grown.
+        assert!(
+            grown.contains("handle_job (app/jobs.py:20) (125,829,120 bytes, 54.55%)"),
+            "{grown}"
+        );
+        let end = svg(&report, &weighed(Weight::End), None);
+        assert!(
+            end.contains("handle_job (app/jobs.py:20) (41,943,040 bytes, 30.77%)"),
+            "{end}"
+        );
+    }
+
+    #[test]
+    fn two_processes_on_one_tgid_are_two_towers() {
+        let text = svg(&lifecycle_diagnosed(), &RenderOptions::default(), None);
+        // 60 MiB (50 + 10) and 30 MiB of 150 MiB.
+        assert!(
+            text.contains("python3 -m app (tgid 201) (62,914,560 bytes, 40.00%)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("python3 -m app (tgid 201#2) (31,457,280 bytes, 20.00%)"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -164,27 +223,32 @@ mod tests {
             inverted: true,
             ..RenderOptions::default()
         };
-        let first = svg(&server_report(), &options, None);
+        let first = svg(&server_diagnosed(), &options, None);
         assert!(first.contains("var inverted = true"), "{first}");
-        assert_eq!(first, svg(&server_report(), &options, None));
+        assert_eq!(first, svg(&server_diagnosed(), &options, None));
     }
 
     #[test]
     fn one_process_graph_holds_only_that_process() {
-        let text = svg(&prefork_report(), &RenderOptions::default(), Some(102));
+        let report = prefork_diagnosed();
+        let id_of = |tgid| report.processes.iter().find(|p| p.tgid == tgid).unwrap().id;
+        let text = svg(&report, &RenderOptions::default(), Some(id_of(102)));
         assert!(text.contains("gunicorn app:wsgi (tgid 102)"), "{text}");
         assert!(!text.contains("(tgid 101)"), "{text}");
         assert!(text.contains(", tgid 102 (gunicorn app:wsgi)"), "{text}");
     }
 
     #[test]
-    fn nothing_sampled_is_a_valid_svg_saying_so() {
-        let text = svg(&prefork_report(), &RenderOptions::default(), Some(100));
+    fn nothing_of_the_weight_is_a_valid_svg_saying_so() {
+        let report = prefork_diagnosed();
+        let master = report.processes.iter().find(|p| p.tgid == 100).unwrap().id;
+        let text = svg(&report, &RenderOptions::default(), Some(master));
         assert!(
-            text.contains("no growth was sampled with a stack"),
+            text.contains("no sampled path has bytes held at peak"),
             "{text}"
         );
         assert!(text.starts_with("<svg xmlns="), "{text}");
+        assert!(text.contains(", tgid 100 (gunicorn app:wsgi)"), "{text}");
     }
 
     #[test]
@@ -197,11 +261,12 @@ mod tests {
 
     #[test]
     fn inline_form_has_a_fixed_width() {
+        let report = server_diagnosed();
         let mut out = Vec::new();
-        render_inline(&server_report(), &RenderOptions::default(), &mut out).unwrap();
+        render_inline(&report, &RenderOptions::default(), &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("var fluiddrawing = false"), "{text}");
-        let standalone = svg(&server_report(), &RenderOptions::default(), None);
+        let standalone = svg(&report, &RenderOptions::default(), None);
         assert!(
             standalone.contains("var fluiddrawing = true"),
             "{standalone}"

@@ -1,8 +1,11 @@
 //! Golden-file tests of the report step: every format rendered from the
-//! fixed fixtures of `aggregate::test_support` with their real diagnosis and
-//! compared byte for byte with `tests/data/` (pprof as the `Debug` form of
-//! the decoded profile, since gzip bytes depend on the compressor). Run with `MEMTRACE_BLESS=1` to
-//! rewrite the files after an intended change, then review their diff.
+//! fixed fixtures of `aggregate::test_support` (`server`, `prefork`) and
+//! [`super::fixtures`] (`lifecycle`: a reused tgid, an exec, every way an
+//! image ends, paths whose three measures differ) with their real diagnosis
+//! and compared byte for byte with `tests/data/` (pprof as the `Debug` form
+//! of the decoded profile, since gzip bytes depend on the compressor). Run
+//! with `MEMTRACE_BLESS=1` to rewrite the files after an intended change,
+//! then review their diff.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -10,11 +13,13 @@ use std::path::PathBuf;
 use flate2::read::GzDecoder;
 use prost::Message;
 
+use super::fixtures::lifecycle_diagnosed;
 use super::pprof::Profile;
-use super::{render, RenderOptions, Report};
-use crate::aggregate::test_support::{prefork_report, server_report};
+use super::{render, RenderOptions};
+use crate::aggregate::test_support::{prefork_diagnosed, server_diagnosed};
+use crate::aggregate::Weight;
 use crate::cli::Format;
-use crate::diagnose::diagnose;
+use crate::diagnose::Diagnosed;
 
 /// `tests/data/` of the workspace.
 fn data_dir() -> PathBuf {
@@ -28,6 +33,8 @@ fn check_golden(name: &str, actual: &[u8]) {
     if std::env::var_os("MEMTRACE_BLESS").is_some() {
         std::fs::create_dir_all(data_dir()).unwrap();
         std::fs::write(&path, actual).unwrap();
+        // A stale `.actual` of an earlier failure would mislead.
+        let _ = std::fs::remove_file(data_dir().join(format!("{name}.actual")));
         return;
     }
     let expected = std::fs::read(&path).unwrap_or_else(|err| {
@@ -50,43 +57,41 @@ fn check_golden(name: &str, actual: &[u8]) {
     }
 }
 
-fn rendered(report: &Report, format: Format, options: &RenderOptions) -> Vec<u8> {
+fn rendered(report: &Diagnosed, format: Format, options: &RenderOptions) -> Vec<u8> {
     let mut out = Vec::new();
     render(report, format, options, &mut out).unwrap();
     out
 }
 
-/// `report` with the diagnosis `memtrace` gives it, as the app renders it.
-fn diagnosed(mut report: Report) -> Report {
-    report.diagnosis = diagnose(&report);
-    report
-}
-
-/// [`server_report`], diagnosed: its growing worker is weak retention (two
-/// RSS readings, no idle stretch).
-fn diagnosed_server_report() -> Report {
-    diagnosed(server_report())
-}
-
-/// [`prefork_report`], diagnosed: it has no RSS readings, so weak no
-/// growth.
-fn diagnosed_prefork_report() -> Report {
-    diagnosed(prefork_report())
+/// The default options with `weight`.
+fn weighed(weight: Weight) -> RenderOptions {
+    RenderOptions {
+        weight,
+        ..RenderOptions::default()
+    }
 }
 
 #[test]
 fn folded() {
-    let out = rendered(
-        &diagnosed_server_report(),
-        Format::Folded,
-        &RenderOptions::default(),
+    let options = RenderOptions::default();
+    check_golden(
+        "server.folded",
+        &rendered(&server_diagnosed(), Format::Folded, &options),
     );
-    check_golden("server.folded", &out);
+    let lifecycle = lifecycle_diagnosed();
+    check_golden(
+        "lifecycle.folded",
+        &rendered(&lifecycle, Format::Folded, &options),
+    );
+    check_golden(
+        "lifecycle-grown.folded",
+        &rendered(&lifecycle, Format::Folded, &weighed(Weight::Grown)),
+    );
 }
 
 #[test]
 fn flamegraph() {
-    let report = diagnosed_server_report();
+    let report = server_diagnosed();
     check_golden(
         "server.svg",
         &rendered(&report, Format::Flamegraph, &RenderOptions::default()),
@@ -97,28 +102,41 @@ fn flamegraph() {
     };
     check_golden(
         "prefork-inverted.svg",
-        &rendered(&diagnosed_prefork_report(), Format::Flamegraph, &inverted),
+        &rendered(&prefork_diagnosed(), Format::Flamegraph, &inverted),
     );
 }
 
 #[test]
 fn speedscope() {
-    let out = rendered(
-        &diagnosed_prefork_report(),
-        Format::Speedscope,
-        &RenderOptions::default(),
+    check_golden(
+        "prefork.speedscope.json",
+        &rendered(
+            &prefork_diagnosed(),
+            Format::Speedscope,
+            &RenderOptions::default(),
+        ),
     );
-    check_golden("prefork.speedscope.json", &out);
+    check_golden(
+        "lifecycle-end.speedscope.json",
+        &rendered(
+            &lifecycle_diagnosed(),
+            Format::Speedscope,
+            &weighed(Weight::End),
+        ),
+    );
 }
 
 #[test]
 fn html() {
-    let out = rendered(
-        &diagnosed_server_report(),
-        Format::Html,
-        &RenderOptions::default(),
+    let options = RenderOptions::default();
+    check_golden(
+        "server.html",
+        &rendered(&server_diagnosed(), Format::Html, &options),
     );
-    check_golden("server.html", &out);
+    check_golden(
+        "lifecycle.html",
+        &rendered(&lifecycle_diagnosed(), Format::Html, &options),
+    );
 }
 
 #[test]
@@ -126,35 +144,71 @@ fn table() {
     let options = RenderOptions::default();
     check_golden(
         "server.txt",
-        &rendered(&diagnosed_server_report(), Format::Table, &options),
+        &rendered(&server_diagnosed(), Format::Table, &options),
     );
     check_golden(
         "prefork.txt",
-        &rendered(&diagnosed_prefork_report(), Format::Table, &options),
+        &rendered(&prefork_diagnosed(), Format::Table, &options),
+    );
+    check_golden(
+        "lifecycle.txt",
+        &rendered(&lifecycle_diagnosed(), Format::Table, &options),
     );
 }
 
 #[test]
 fn json() {
-    let out = rendered(
-        &diagnosed_server_report(),
-        Format::Json,
-        &RenderOptions::default(),
+    let options = RenderOptions::default();
+    check_golden(
+        "server.json",
+        &rendered(&server_diagnosed(), Format::Json, &options),
     );
-    check_golden("server.json", &out);
+    check_golden(
+        "lifecycle.json",
+        &rendered(&lifecycle_diagnosed(), Format::Json, &options),
+    );
 }
 
-#[test]
-fn pprof() {
-    let gzipped = rendered(
-        &diagnosed_server_report(),
-        Format::Pprof,
-        &RenderOptions::default(),
-    );
+/// The decoded profile of `report`, as `Debug` text.
+fn pprof_text(report: &Diagnosed, options: &RenderOptions) -> Vec<u8> {
+    let gzipped = rendered(report, Format::Pprof, options);
     let mut encoded = Vec::new();
     GzDecoder::new(gzipped.as_slice())
         .read_to_end(&mut encoded)
         .unwrap();
     let profile = Profile::decode(encoded.as_slice()).unwrap();
-    check_golden("server.pprof.txt", format!("{profile:#?}\n").as_bytes());
+    format!("{profile:#?}\n").into_bytes()
+}
+
+#[test]
+fn pprof() {
+    check_golden(
+        "server.pprof.txt",
+        &pprof_text(&server_diagnosed(), &RenderOptions::default()),
+    );
+    check_golden(
+        "lifecycle-grown.pprof.txt",
+        &pprof_text(&lifecycle_diagnosed(), &weighed(Weight::Grown)),
+    );
+}
+
+/// The golden check fails on a changed byte and leaves the output beside
+/// the golden file.
+#[test]
+fn a_changed_output_fails_the_check() {
+    if std::env::var_os("MEMTRACE_BLESS").is_some() {
+        return;
+    }
+    let mut out = rendered(
+        &server_diagnosed(),
+        Format::Folded,
+        &RenderOptions::default(),
+    );
+    out[0] ^= 1;
+    let failed = std::panic::catch_unwind(|| check_golden("server.folded", &out));
+    let actual = data_dir().join("server.folded.actual");
+    let written = std::fs::read(&actual);
+    let _ = std::fs::remove_file(&actual);
+    assert!(failed.is_err(), "a changed byte passed the golden check");
+    assert_eq!(written.unwrap(), out);
 }

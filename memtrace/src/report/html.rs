@@ -1,20 +1,20 @@
 //! HTML renderer of the report step: one self-contained page (no network,
-//! no external files) with the diagnosis first, the process tree, an RSS
-//! chart per process (inline SVG drawn here, with fork and exit marks), the
-//! top growth paths and the flame graph (inline SVG from
+//! no external files) with the diagnosis first, the process tree (one row
+//! per process image, an image after an execve under the one it replaced),
+//! an RSS chart per image (inline SVG drawn here, with fork, exec and exit
+//! marks; the line stops where the image's numbers end), the top paths with
+//! their three measures and the flame graph (inline SVG from
 //! [`super::flamegraph`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+use super::text::seconds;
 use super::{flamegraph, text, RenderOptions};
 use crate::aggregate::{ProcessId, ProcessReport, Report, RssPoint};
 use crate::diagnose::{Diagnosed, Finding, Strength};
 use crate::units::{format_bytes, format_signed_bytes};
-
-/// Nanoseconds per second, for times shown in seconds.
-const NS_PER_S: f64 = 1e9;
 
 /// RSS chart geometry, in SVG user units (pixels).
 const CHART_WIDTH: f64 = 720.0;
@@ -45,11 +45,14 @@ svg.rss text { font-family: sans-serif; font-size: 11px; }
 
 /// Writes the HTML report of `report`: the diagnosis (each finding with
 /// its caveat when weak, evidence, code paths and next step), the process
-/// tree table, one RSS-over-time chart per process with readings (fork marks
-/// where it forked a traced child, an exit mark where it exited), the
-/// `options.top` growth paths merged across processes, the flame graph
-/// (icicles with `options.inverted`) and the warnings. All text is escaped;
-/// nothing is fetched when the page is viewed.
+/// tree table (one row per image in tree order, with how and when it
+/// ended), one RSS-over-time chart per image with readings (fork marks
+/// where it forked a traced child, an exec or exit mark where its numbers
+/// end, the time after that shaded), the `options.top` paths merged across
+/// processes ranked by `options.weight` with the bytes each held at the
+/// high-water mark, held at the end and grew, the flame graph weighed by
+/// `options.weight` (icicles with `options.inverted`) and the warnings. All
+/// text is escaped; nothing is fetched when the page is viewed.
 ///
 /// # Errors
 /// Any error of `out`.
@@ -62,8 +65,8 @@ pub fn render(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) 
     writeln!(out, "<h1>memtrace report: <code>{command}</code></h1>")?;
     writeln!(
         out,
-        "<p>Traced for {:.1} s; memory events sampled every {} on average.</p>",
-        report.meta.duration_ns as f64 / NS_PER_S,
+        "<p>Traced for {}; memory events sampled every {} on average.</p>",
+        seconds(report.meta.duration_ns),
         format_bytes(report.meta.sample_interval_bytes)
     )?;
     out.write_all(diagnosis(report).as_bytes())?;
@@ -155,8 +158,9 @@ fn list<'a>(class: &str, items: impl Iterator<Item = &'a str>, html: &mut String
     }
 }
 
-/// The processes in tree order (each after its parent, children by start
-/// time then tgid), with their depth.
+/// The process images in tree order (each after its parent, an image after
+/// an execve right under the image it replaced; children by start time then
+/// id), with their depth.
 fn tree_order(report: &Report) -> Vec<(usize, &ProcessReport)> {
     let traced: HashSet<ProcessId> = report.processes.iter().map(|p| p.id).collect();
     let mut children: BTreeMap<Option<ProcessId>, Vec<&ProcessReport>> = BTreeMap::new();
@@ -195,8 +199,12 @@ fn tree_order(report: &Report) -> Vec<(usize, &ProcessReport)> {
 
 fn process_tree(report: &Report) -> String {
     let mut html = String::from(
-        "<section id=\"processes\">\n<h2>Process tree</h2>\n<table class=\"tree\">\n<tr>\
-         <th>tgid</th><th>role</th><th>RSS start</th><th>end</th><th>peak</th>\
+        "<section id=\"processes\">\n<h2>Process tree</h2>\n\
+         <p>One row per process image: a process the kernel gave a tgid already seen is \
+         <code>#2</code>, the image after an execve is <code>image 1</code>. An image's numbers \
+         end when it exec'd or began to exit (before the interpreter and the kernel gave its \
+         memory back).</p>\n<table class=\"tree\">\n<tr>\
+         <th>process</th><th>role</th><th>RSS start</th><th>end</th><th>peak</th>\
          <th>growth</th><th>USS end</th><th>copy-on-write</th><th>held at peak</th><th>Python</th>\
          <th>started</th><th>ended</th><th class=\"cmd\">command</th></tr>\n",
     );
@@ -219,7 +227,7 @@ fn process_tree(report: &Report) -> String {
         let uss = p
             .sharing
             .map_or_else(dash, |s| format_bytes(s.end_uss_bytes));
-        let ended = ended_text(p);
+        let ended = text::ended_text(p);
         let indent = "&nbsp;&nbsp;&nbsp;".repeat(depth);
         let branch = if depth > 0 { "└ " } else { "" };
         let _ = writeln!(
@@ -243,62 +251,62 @@ fn process_tree(report: &Report) -> String {
         );
     }
     let t = &report.totals;
-    let _ = writeln!(
+    let _ = write!(
         html,
-        "</table>\n<p>{} processes ({} roots, {} workers; at most {} alive at once); \
-         RSS of the live processes {} at the end, highest sum {}; exact resident anonymous \
-         growth {}, copy-on-write {}.</p>\n</section>",
-        t.processes,
-        t.roots,
-        t.workers,
+        "</table>\n<p>{} ({}, {}; at most {} alive at once); \
+         RSS of the live processes {} at the end, highest sum {}",
+        text::counted(t.processes, "process image", "process images"),
+        text::counted(t.roots, "root", "roots"),
+        text::counted(t.workers, "worker", "workers"),
         t.peak_live_processes,
         format_bytes(t.live_rss_end_bytes),
         format_bytes(t.peak_total_rss_bytes),
+    );
+    if t.peak_total_pss_bytes > 0 {
+        let _ = write!(
+            html,
+            "; proportional (PSS, shared pages counted once) {} at the end, highest sum {}",
+            format_bytes(t.live_pss_end_bytes),
+            format_bytes(t.peak_total_pss_bytes),
+        );
+    }
+    let _ = writeln!(
+        html,
+        "; exact resident anonymous growth {}, file-backed growth {}, copy-on-write {}.</p>\n\
+         </section>",
         format_bytes(t.anon_growth_bytes),
+        format_bytes(t.file_growth_bytes),
         format_bytes(t.cow_fault_bytes),
     );
     html
 }
 
-/// How an image ended: `alive`, `exec'd at 1.0 s`, `exit 0 at 2.5 s` (the
-/// time its exit began).
-fn ended_text(p: &ProcessReport) -> String {
-    match (p.exec_ns, p.exit_began_ns, p.exit_status) {
-        (Some(t), _, _) => format!("exec'd at {}", seconds(t)),
-        (None, Some(t), Some(status)) => format!("{status} at {}", seconds(t)),
-        (None, Some(t), None) => format!("exiting at {}", seconds(t)),
-        (None, None, _) => "alive".to_owned(),
-    }
-}
-
-/// `1.5 s`.
-fn seconds(t_ns: u64) -> String {
-    format!("{:.1} s", t_ns as f64 / NS_PER_S)
-}
-
 fn rss_charts(report: &Report) -> String {
     let mut html = String::from(
         "<section id=\"rss\">\n<h2>RSS over time</h2>\n\
-         <p>Resident memory of each process (solid: RSS, dashed: anonymous); \
-         blue marks: a traced child was forked, red mark: the process exited.</p>\n",
+         <p>Resident memory of each process image (solid: RSS, dashed: anonymous, dotted: \
+         private (USS) when read); blue marks: a traced child was forked; red mark: the image \
+         exec'd or began to exit, where its numbers end (shaded after).</p>\n",
     );
     let end_ns = chart_end_ns(report);
     for (_, p) in tree_order(report) {
         let _ = writeln!(
             html,
-            "<figure class=\"rss\" id=\"rss-{}\">\n<figcaption>{} <code>{}</code></figcaption>",
+            "<figure class=\"rss\" id=\"rss-{}\">\n<figcaption>{} <code>{}</code>: {}\
+             </figcaption>",
             p.id,
             escape(&p.name()),
-            escape(&p.label())
+            escape(&p.label()),
+            escape(&text::ended_text(p))
         );
         if p.timeline.is_empty() {
             html.push_str("<p>No RSS was read for this process.</p>\n");
         } else {
-            let forks: Vec<(u32, u64)> = report
+            let forks: Vec<(String, u64)> = report
                 .processes
                 .iter()
                 .filter(|c| c.parent == Some(p.id) && c.id != p.id && c.image == 0)
-                .map(|c| (c.tgid, c.started_ns))
+                .map(|c| (c.name(), c.started_ns))
                 .collect();
             html.push_str(&rss_chart(p, &forks, end_ns));
         }
@@ -323,11 +331,17 @@ fn chart_end_ns(report: &Report) -> u64 {
     report.meta.duration_ns.max(latest).max(1)
 }
 
-/// One process's chart: RSS and anonymous RSS over `0..=end_ns`, a y axis
-/// from 0 to 110% of the highest reading, `forks` as (child tgid, time) marks, the
-/// exit as a mark.
-fn rss_chart(p: &ProcessReport, forks: &[(u32, u64)], end_ns: u64) -> String {
-    let highest = p.timeline.iter().map(|point| point.rss_bytes).max();
+/// One image's chart: RSS, anonymous RSS and USS (when read) over
+/// `0..=end_ns` (the run's axis, shared by every chart), a y axis from 0 to
+/// 110% of the highest reading, `forks` as (child name, time) marks, the
+/// image's end (exec or start of its exit) as a mark with the time after it
+/// shaded.
+fn rss_chart(p: &ProcessReport, forks: &[(String, u64)], end_ns: u64) -> String {
+    let highest = p
+        .timeline
+        .iter()
+        .map(|point| point.rss_bytes.max(point.uss_bytes.unwrap_or(0)))
+        .max();
     // 10% headroom so the highest reading does not run along the frame.
     let highest = highest.unwrap_or(0);
     let max_bytes = highest.saturating_add(highest / 10).max(1);
@@ -365,20 +379,38 @@ fn rss_chart(p: &ProcessReport, forks: &[(u32, u64)], end_ns: u64) -> String {
             seconds(t_ns)
         );
     }
-    let line = |value: fn(&RssPoint) -> u64| -> String {
+    if let Some(ended_ns) = p.ended_ns() {
+        let from = x(ended_ns);
+        let _ = writeln!(
+            svg,
+            "<rect class=\"after-end\" x=\"{from:.1}\" y=\"{MARGIN_TOP}\" width=\"{:.1}\" \
+             height=\"{plot_h}\" fill=\"#e4e4e4\"/>",
+            right - from
+        );
+    }
+    let line = |value: fn(&RssPoint) -> Option<u64>| -> String {
         p.timeline
             .iter()
-            .map(|point| format!("{:.1},{:.1}", x(point.t_ns), y(value(point))))
+            .filter_map(|point| value(point).map(|bytes| (point.t_ns, bytes)))
+            .map(|(t_ns, bytes)| format!("{:.1},{:.1}", x(t_ns), y(bytes)))
             .collect::<Vec<_>>()
             .join(" ")
     };
+    let uss = line(|point| point.uss_bytes);
+    if !uss.is_empty() {
+        let _ = writeln!(
+            svg,
+            "<polyline class=\"uss\" points=\"{uss}\" fill=\"none\" stroke=\"#309050\" \
+             stroke-width=\"1.5\" stroke-dasharray=\"1 2\"/>"
+        );
+    }
     let _ = writeln!(
         svg,
         "<polyline class=\"anon\" points=\"{}\" fill=\"none\" stroke=\"#e08030\" \
          stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n\
          <polyline class=\"rss-line\" points=\"{}\" fill=\"none\" stroke=\"#2060c0\" stroke-width=\"2\"/>",
-        line(|point| point.anon_bytes),
-        line(|point| point.rss_bytes)
+        line(|point| Some(point.anon_bytes)),
+        line(|point| Some(point.rss_bytes))
     );
     if let [only] = p.timeline.as_slice() {
         let _ = writeln!(
@@ -394,17 +426,28 @@ fn rss_chart(p: &ProcessReport, forks: &[(u32, u64)], end_ns: u64) -> String {
             x(*t_ns),
             "fork-mark",
             "#3070e0",
-            &format!("fork {child}"),
-            &format!("forked tgid {child} at {}", seconds(*t_ns)),
+            "fork",
+            &format!("forked {child} at {}", seconds(*t_ns)),
         );
     }
     if let Some(ended_ns) = p.ended_ns() {
-        let (label, tooltip) = if p.exec_ns.is_some() {
-            ("exec", format!("exec'd at {}", seconds(ended_ns)))
+        let (class, label, tooltip) = if p.exec_ns.is_some() {
+            (
+                "exec-mark",
+                "exec",
+                format!("exec'd at {}: the next image starts", seconds(ended_ns)),
+            )
         } else {
-            ("exit", format!("began to exit at {}", seconds(ended_ns)))
+            let how = p
+                .exit_status
+                .map_or_else(|| "exit".to_owned(), |status| status.to_string());
+            (
+                "exit-mark",
+                "exit",
+                format!("began to exit at {} ({how})", seconds(ended_ns)),
+            )
         };
-        mark(&mut svg, x(ended_ns), "exit-mark", "#d02020", label, &tooltip);
+        mark(&mut svg, x(ended_ns), class, "#d02020", label, &tooltip);
     }
     svg.push_str("</svg>\n");
     svg
@@ -427,27 +470,36 @@ fn mark(svg: &mut String, x: f64, class: &str, color: &str, label: &str, tooltip
 }
 
 fn growth_paths(report: &Report, options: &RenderOptions) -> String {
+    let weight = options.weight;
     let mut html = format!(
         "<section id=\"paths\">\n<h2>Top paths</h2>\n\
-         <p>Sampled bytes by code path, summed over processes, ranked by bytes {}; \
-         innermost frame first.</p>\n",
-        options.weight.describe()
+         <p>Sampled bytes by code path, summed over processes: held when each process image's \
+         RSS was at its high-water mark, held at its end, and grown (every first touch, counted \
+         again when freed memory is touched again). Ranked by bytes {0}, with the share of all \
+         bytes {0}; innermost frame first.</p>\n",
+        weight.describe()
     );
-    let stacks = report.top_stacks(options.weight, options.top);
+    let stacks = report.top_stacks(weight, options.top);
     if stacks.is_empty() {
-        html.push_str("<p>No memory was sampled with a stack.</p>\n");
+        let _ = writeln!(
+            html,
+            "<p>No sampled path has bytes {}.</p>",
+            weight.describe()
+        );
     }
+    let all = text::all_weight_bytes(report, weight);
     html.push_str("<ol>\n");
     for stack in stacks {
         let names: Vec<String> = stack.processes.iter().map(|&id| report.name(id)).collect();
         let _ = writeln!(
             html,
-            "<li><b>{}</b> held at peak, {} at end, {} grown ({:.1}% of all held at peak) \
+            "<li><b>{}</b> held at peak, <b>{}</b> held at end, <b>{}</b> grown ({} of all {}) \
              in {}\n<ul class=\"frames\">",
             format_bytes(stack.peak_held_bytes),
             format_bytes(stack.bytes.held_now_bytes()),
             format_bytes(stack.bytes.grown_bytes()),
-            stack.peak_held_share * 100.0,
+            text::percent(stack.weight_bytes(weight), all),
+            weight.describe(),
             escape(&names.join(", "))
         );
         for frame in text::frames_innermost_first(report.frames(stack.stack)) {
@@ -468,9 +520,10 @@ fn flame_graph(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write)
     writeln!(
         out,
         "<section id=\"flamegraph\">\n<h2>Flame graph</h2>\n\
-         <p>Sampled bytes by code path, weighed by bytes held at peak unless --weight says \
-         otherwise (click a frame to zoom).</p>\n\
+         <p>Sampled bytes by code path, weighed by bytes {} (<code>--weight</code>), one tower \
+         per process image (click a frame to zoom).</p>\n\
          <div class=\"flame\">\n{}\n</div>\n</section>",
+        options.weight.describe(),
         svg[start..].trim_end()
     )
 }
@@ -489,12 +542,36 @@ fn warnings(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::test_support::{prefork_report, server_report};
+    use crate::aggregate::test_support::{prefork_report, server_diagnosed};
+    use crate::aggregate::Weight;
+    use crate::report::fixtures::{lifecycle_diagnosed, lifecycle_report};
 
-    fn page(report: &Report) -> String {
+    fn page_with(report: &Diagnosed, options: &RenderOptions) -> String {
         let mut out = Vec::new();
-        render(report, &RenderOptions::default(), &mut out).unwrap();
+        render(report, options, &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    fn page(report: &Diagnosed) -> String {
+        page_with(report, &RenderOptions::default())
+    }
+
+    /// The `<figure>` of the chart of image `id`.
+    fn figure(html: &str, id: u32) -> &str {
+        let start = html
+            .find(&format!("id=\"rss-p{id}\""))
+            .unwrap_or_else(|| panic!("no chart of p{id}"));
+        let rest = &html[start..];
+        &rest[..rest.find("</figure>").unwrap()]
+    }
+
+    /// The `<tr>` of the process table whose first cell is `name`.
+    fn tree_row<'a>(html: &'a str, name: &str) -> &'a str {
+        let start = html
+            .find(&format!("<tr><td>{name}</td>"))
+            .unwrap_or_else(|| panic!("no row {name}"));
+        let rest = &html[start..];
+        &rest[..rest.find("</tr>").unwrap()]
     }
 
     #[test]
@@ -507,17 +584,16 @@ mod tests {
 
     #[test]
     fn sections_come_in_order_with_the_diagnosis_first() {
-        let html = page(&server_report());
+        let html = page(&server_diagnosed());
         let at = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("no {needle}"));
         assert!(at("id=\"diagnosis\"") < at("id=\"processes\""));
         assert!(at("id=\"processes\"") < at("id=\"rss\""));
         assert!(at("id=\"rss\"") < at("id=\"paths\""));
         assert!(at("id=\"paths\"") < at("id=\"flamegraph\""));
+        assert!(at("id=\"flamegraph\"") < at("id=\"warnings\""));
         assert!(!html.contains("<?xml"), "prologue inside the page");
-        assert!(
-            !html.contains("http://") || !html.contains("src=\"http"),
-            "network reference"
-        );
+        assert!(!html.contains("src=\"http"), "network reference");
+        assert!(!html.contains("href=\"http"), "network reference");
     }
 
     #[test]
@@ -531,29 +607,156 @@ mod tests {
     }
 
     #[test]
-    fn charts_mark_forks_and_exits() {
-        let mut report = server_report();
-        report
-            .processes
-            .iter_mut()
-            .find(|p| p.tgid == 101)
-            .unwrap()
-            .exited_ns = Some(1_000);
-        let html = page(&report);
-        let master = &html[html.find("id=\"rss-tgid-100\"").unwrap()..];
-        let master = &master[..master.find("</figure>").unwrap()];
-        assert!(master.contains("forked tgid 101"), "{master}");
+    fn an_image_after_an_exec_hangs_under_the_one_it_replaced() {
+        let report = lifecycle_report();
+        let order: Vec<(usize, String)> = tree_order(&report)
+            .iter()
+            .map(|(d, p)| (*d, p.name()))
+            .collect();
+        let expected = [
+            (0, "tgid 200"),
+            (1, "tgid 201"),
+            (1, "tgid 202, image 0"),
+            (2, "tgid 202, image 1"),
+            (1, "tgid 201#2"),
+        ]
+        .map(|(d, n)| (d, n.to_owned()));
+        assert_eq!(order, expected);
+    }
+
+    #[test]
+    fn rows_give_each_image_its_numbers_and_end() {
+        let html = page(&lifecycle_diagnosed());
+        assert_eq!(
+            tree_row(&html, "tgid 201"),
+            "<tr><td>tgid 201</td><td>worker</td><td>30.0 MiB</td><td>70.0 MiB</td>\
+             <td>80.0 MiB</td><td>+40.0 MiB</td><td>50.0 MiB</td><td>8.0 MiB</td>\
+             <td>60.0 MiB</td><td>3.12.1</td><td>1.0 s</td><td>exit 0 at 4.0 s</td>\
+             <td class=\"cmd\">&nbsp;&nbsp;&nbsp;└ python3 -m app</td>"
+        );
+        let second = tree_row(&html, "tgid 201#2");
+        assert!(second.contains("<td>+30.0 MiB</td>"), "{second}");
+        assert!(second.contains("<td>SIGKILL at 7.0 s</td>"), "{second}");
+        let etl = tree_row(&html, "tgid 202, image 0");
+        assert!(etl.contains("<td>exec&#39;d at 6.0 s</td>"), "{etl}");
+        let sleep = tree_row(&html, "tgid 202, image 1");
+        assert!(
+            sleep.contains("&nbsp;&nbsp;&nbsp;&nbsp;&nbsp;&nbsp;└ sleep 60"),
+            "{sleep}"
+        );
+        assert!(sleep.contains("<td>not Python</td>"), "{sleep}");
+        assert!(sleep.contains("<td>alive</td>"), "{sleep}");
+        let at = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("no {needle}"));
+        assert!(at("<tr><td>tgid 202, image 0") < at("<tr><td>tgid 202, image 1"));
+        assert!(at("<tr><td>tgid 202, image 1") < at("<tr><td>tgid 201#2"));
+    }
+
+    #[test]
+    fn charts_mark_forks_execs_and_exits_and_shade_after_the_end() {
+        let html = page(&lifecycle_diagnosed());
+        let master = figure(&html, 0);
+        assert!(master.contains("forked tgid 201 at 1.0 s"), "{master}");
+        assert!(master.contains("forked tgid 201#2 at 5.0 s"), "{master}");
+        assert!(
+            master.contains("forked tgid 202, image 0 at 2.0 s"),
+            "{master}"
+        );
+        // The image after the exec is not a fork.
+        assert!(!master.contains("image 1"), "{master}");
         assert!(!master.contains("exit-mark"), "{master}");
-        let worker = &html[html.find("id=\"rss-tgid-101\"").unwrap()..];
-        let worker = &worker[..worker.find("</figure>").unwrap()];
-        assert!(worker.contains("exit-mark"), "{worker}");
-        assert!(worker.contains("class=\"rss-line\""), "{worker}");
+        assert!(!master.contains("after-end"), "{master}");
+        assert!(master.contains("class=\"uss\""), "{master}");
+        let first = figure(&html, 1);
+        assert!(first.contains("began to exit at 4.0 s (exit 0)"), "{first}");
+        assert!(first.contains("class=\"after-end\""), "{first}");
+        let killed = figure(&html, 3);
+        assert!(
+            killed.contains("began to exit at 7.0 s (SIGKILL)"),
+            "{killed}"
+        );
+        let etl = figure(&html, 2);
+        assert!(etl.contains("class=\"exec-mark\""), "{etl}");
+        assert!(
+            etl.contains("exec&#39;d at 6.0 s: the next image starts"),
+            "{etl}"
+        );
+        assert!(!etl.contains("exit-mark"), "{etl}");
+        let sleep = figure(&html, 4);
+        assert!(!sleep.contains("class=\"uss\""), "{sleep}");
+        assert!(sleep.contains("<figcaption>tgid 202, image 1 <code>sleep 60</code>: alive"));
+    }
+
+    #[test]
+    fn the_line_stops_where_the_image_ends() {
+        let report = lifecycle_diagnosed();
+        let html = page(&report);
+        let first = figure(&html, 1);
+        let points = first
+            .split("class=\"rss-line\" points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let last_x: f64 = points
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // 4 s of an 8 s axis.
+        let plot_w = CHART_WIDTH - MARGIN_LEFT - MARGIN_RIGHT;
+        assert!(
+            (last_x - (MARGIN_LEFT + plot_w / 2.0)).abs() < 0.1,
+            "{points}"
+        );
+    }
+
+    #[test]
+    fn top_paths_show_three_measures_and_follow_the_weight() {
+        let report = lifecycle_diagnosed();
+        let html = page(&report);
+        let paths =
+            &html[html.find("id=\"paths\"").unwrap()..html.find("id=\"flamegraph\"").unwrap()];
+        assert!(
+            paths.contains(
+                "<li><b>60.0 MiB</b> held at peak, <b>60.0 MiB</b> held at end, <b>60.0 MiB</b> \
+                 grown (40.0% of all held at peak) in tgid 202, image 0"
+            ),
+            "{paths}"
+        );
+        assert!(
+            paths.contains(
+                "<b>40.0 MiB</b> held at peak, <b>30.0 MiB</b> held at end, <b>40.0 MiB</b> \
+                 grown (26.7% of all held at peak) in tgid 201, tgid 201#2"
+            ),
+            "{paths}"
+        );
+        let grown = page_with(
+            &report,
+            &RenderOptions {
+                weight: Weight::Grown,
+                ..RenderOptions::default()
+            },
+        );
+        let first = &grown[grown.find("<ol>\n<li>").unwrap()..];
+        assert!(
+            first.starts_with(
+                "<ol>\n<li><b>50.0 MiB</b> held at peak, <b>40.0 MiB</b> held at end, \
+                 <b>120.0 MiB</b> grown (54.5% of all grown) in tgid 201"
+            ),
+            "{first}"
+        );
+        assert!(grown.contains("weighed by bytes grown"), "{grown}");
     }
 
     #[test]
     fn process_names_are_escaped() {
-        let mut report = server_report();
-        report.processes[0].cmdline = "python3 <script>alert(1)</script>".to_owned();
+        let mut report = server_diagnosed();
+        report.report.processes[0].cmdline = "python3 <script>alert(1)</script>".to_owned();
         let html = page(&report);
         assert!(!html.contains("<script>alert"), "unescaped command");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));

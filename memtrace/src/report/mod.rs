@@ -2,11 +2,17 @@
 //! each [`Format`]: a terminal table ([`table`]), folded stacks ([`folded`]),
 //! JSON ([`json`]), an SVG flame graph ([`flamegraph`]), speedscope JSON
 //! ([`speedscope`]), gzipped pprof ([`pprof`]) and one self-contained HTML
-//! page ([`html`]). [`render`] picks the renderer; renderers are generic over
-//! the writer, so tests render into a `Vec<u8>`. [`write_files`] puts the
-//! folded stacks and the JSON next to each other in an output folder;
-//! [`render_per_process`] writes one flame graph per process.
+//! page ([`html`]). Renderers take the diagnosed report ([`Diagnosed`]) and
+//! the [`RenderOptions`]; the formats that weigh paths (folded, flame graph,
+//! speedscope, pprof) use `options.weight`, bytes held at each process
+//! image's high-water mark by default. [`render`] picks the renderer;
+//! renderers are generic over the writer, so tests render into a `Vec<u8>`.
+//! [`write_files`] puts the folded stacks and the JSON next to each other in
+//! an output folder; [`render_per_process`] writes one flame graph per
+//! process image.
 
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod flamegraph;
 pub mod folded;
 #[cfg(test)]
@@ -23,10 +29,9 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::aggregate::Weight;
+use crate::aggregate::{ProcessReport, Report, Weight};
 use crate::cli::Format;
 use crate::diagnose::Diagnosed;
-
 
 /// How a report is drawn (from `--inverted`, `--top` and `--weight`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,11 +83,14 @@ pub fn render(
 }
 
 /// Writes one flame graph per traced process image into `dir` (which must
-/// exist): `<stem>-tgid-<tgid>.svg` (`-tgid-<tgid>-<n>` for the n-th
-/// process or image with that tgid), in the order of `Report::processes`,
-/// existing files overwritten (`record`/`run` pass their run's unique stem,
-/// `memtrace report` passes [`PER_PROCESS_STEM`]). Only
-/// [`Format::Flamegraph`] has a per-process form.
+/// exist): `<stem>-tgid-<tgid>.svg` for the first image of the first
+/// process with that tgid, then `<stem>-tgid-<tgid>-2.svg`, `-3`, ... for
+/// the next ones in time (by instance, then image: a process on a reused
+/// tgid, an image after an execve). Files are written and returned in the
+/// order of `Report::processes`; existing files are overwritten
+/// (`record`/`run` pass their run's unique stem, `memtrace report` passes
+/// [`PER_PROCESS_STEM`]). Only [`Format::Flamegraph`] has a per-process
+/// form.
 ///
 /// # Errors
 /// [`ReportError::NotPerProcess`] for other formats; [`ReportError::Write`]
@@ -100,21 +108,29 @@ pub fn render_per_process(
         });
     }
     let mut written = Vec::with_capacity(report.processes.len());
-    let mut seen: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
     for process in &report.processes {
-        let count = seen.entry(process.tgid).or_default();
-        *count += 1;
-        let name = match *count {
-            1 => format!("{stem}-tgid-{}.svg", process.tgid),
-            n => format!("{stem}-tgid-{}-{n}.svg", process.tgid),
-        };
-        let path = dir.join(name);
+        let path = dir.join(per_process_name(report, process, stem));
         write_one(&path, |w| {
             flamegraph::render(report, options, Some(process.id), w)
         })?;
         written.push(path);
     }
     Ok(written)
+}
+
+/// `<stem>-tgid-<tgid>.svg`, or `<stem>-tgid-<tgid>-<n>.svg` when `process`
+/// is the n-th image with its tgid in time (n >= 2).
+fn per_process_name(report: &Report, process: &ProcessReport, stem: &str) -> String {
+    let order = |p: &ProcessReport| (p.instance, p.image, p.id);
+    let earlier = report
+        .processes
+        .iter()
+        .filter(|p| p.tgid == process.tgid && order(p) < order(process))
+        .count();
+    match earlier {
+        0 => format!("{stem}-tgid-{}.svg", process.tgid),
+        n => format!("{stem}-tgid-{}-{}.svg", process.tgid, n + 1),
+    }
 }
 
 /// The file name stem of `memtrace report --per-process` flame graphs
@@ -177,22 +193,28 @@ pub enum ReportError {
 /// Where [`write_files`] put the report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WrittenFiles {
-    /// Folded stacks weighed by bytes held at the high-water mark (input for
-    /// inferno or flamegraph.pl).
+    /// Folded stacks (input for inferno or flamegraph.pl).
     pub folded: PathBuf,
-    /// The whole report as pretty JSON.
+    /// The bytes the folded stacks are weighed by.
+    pub weight: Weight,
+    /// The whole diagnosed report as pretty JSON.
     pub json: PathBuf,
 }
 
-/// Writes `memtrace-YYYYMMDD-HHMMSS.folded` and `.json` (UTC time of the
-/// call) into `dir`; when either name exists, `-2`, `-3`, ... is appended to
-/// the stem, so earlier reports are never overwritten. `dir` must exist.
+/// Writes `memtrace-YYYYMMDD-HHMMSS.folded` (weighed by `weight`, the
+/// `--weight` of the run) and `.json` (UTC time of the call) into `dir`;
+/// when either name exists, `-2`, `-3`, ... is appended to the stem, so
+/// earlier reports are never overwritten. `dir` must exist.
 ///
 /// # Errors
 /// [`ReportError::Write`] when a file cannot be created or written;
 /// [`ReportError::NamesTaken`] when 100 candidate names are all taken.
-pub fn write_files(report: &Diagnosed, dir: &Path) -> Result<WrittenFiles, ReportError> {
-    write_files_named(report, dir, &timestamp_stem(SystemTime::now()))
+pub fn write_files(
+    report: &Diagnosed,
+    weight: Weight,
+    dir: &Path,
+) -> Result<WrittenFiles, ReportError> {
+    write_files_named(report, weight, dir, &timestamp_stem(SystemTime::now()))
 }
 
 /// `memtrace-YYYYMMDD-HHMMSS` for `time` in UTC.
@@ -211,17 +233,18 @@ fn timestamp_stem(time: SystemTime) -> String {
 /// [`write_files`] with a chosen base name.
 fn write_files_named(
     report: &Diagnosed,
+    weight: Weight,
     dir: &Path,
     stem: &str,
 ) -> Result<WrittenFiles, ReportError> {
-    let files = free_names(dir, stem)?;
-    write_one(&files.folded, |w| folded::render(report, Weight::Peak, w))?;
+    let files = free_names(dir, stem, weight)?;
+    write_one(&files.folded, |w| folded::render(report, files.weight, w))?;
     write_one(&files.json, |w| json::render(report, w))?;
     Ok(files)
 }
 
 /// The first `stem`, `stem-2`, ... whose two files both do not exist.
-fn free_names(dir: &Path, stem: &str) -> Result<WrittenFiles, ReportError> {
+fn free_names(dir: &Path, stem: &str, weight: Weight) -> Result<WrittenFiles, ReportError> {
     for attempt in 1..=MAX_NAME_ATTEMPTS {
         let name = if attempt == 1 {
             stem.to_owned()
@@ -230,6 +253,7 @@ fn free_names(dir: &Path, stem: &str) -> Result<WrittenFiles, ReportError> {
         };
         let files = WrittenFiles {
             folded: dir.join(format!("{name}.folded")),
+            weight,
             json: dir.join(format!("{name}.json")),
         };
         if !files.folded.exists() && !files.json.exists() {
@@ -262,8 +286,9 @@ fn write_one(
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
+    use super::fixtures::lifecycle_diagnosed;
     use super::*;
-    use crate::aggregate::test_support::server_report;
+    use crate::aggregate::test_support::server_diagnosed;
 
     #[test]
     fn stem_is_the_utc_time() {
@@ -275,25 +300,106 @@ mod tests {
     #[test]
     fn writes_both_files_and_never_overwrites() {
         let dir = tempfile::tempdir().unwrap();
-        let report = server_report();
-        let first = write_files_named(&report, dir.path(), "memtrace-x").unwrap();
+        let report = server_diagnosed();
+        let first = write_files_named(&report, Weight::Peak, dir.path(), "memtrace-x").unwrap();
         assert_eq!(first.folded, dir.path().join("memtrace-x.folded"));
         assert_eq!(first.json, dir.path().join("memtrace-x.json"));
-        let second = write_files_named(&report, dir.path(), "memtrace-x").unwrap();
+        assert_eq!(first.weight, Weight::Peak);
+        let second = write_files_named(&report, Weight::Peak, dir.path(), "memtrace-x").unwrap();
         assert_eq!(second.folded, dir.path().join("memtrace-x-2.folded"));
+        assert_eq!(second.json, dir.path().join("memtrace-x-2.json"));
         let json = std::fs::read_to_string(&first.json).unwrap();
-        let back: Report = serde_json::from_str(&json).unwrap();
+        let back: Diagnosed = serde_json::from_str(&json).unwrap();
         assert_eq!(back, report);
         let folded = std::fs::read_to_string(&first.folded).unwrap();
-        assert_eq!(folded.lines().count(), 2);
+        let mut expected = Vec::new();
+        folded::render(&report, Weight::Peak, &mut expected).unwrap();
+        assert_eq!(folded.as_bytes(), expected, "{folded}");
+        assert_eq!(folded.lines().count(), 2, "{folded}");
+    }
+
+    #[test]
+    fn the_folded_file_is_weighed_by_bytes_held_at_peak() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = lifecycle_diagnosed();
+        let files = write_files_named(&report, Weight::Peak, dir.path(), "m").unwrap();
+        let folded = std::fs::read_to_string(&files.folded).unwrap();
+        let weights: Vec<&str> = folded
+            .lines()
+            .map(|l| l.rsplit_once(' ').unwrap().1)
+            .collect();
+        // handle_job: 50 MiB held at peak (not 40 at end, 120 grown).
+        let job = folded.lines().find(|l| l.contains("handle_job")).unwrap();
+        assert!(job.ends_with(&format!(" {}", 50 * 1024 * 1024)), "{folded}");
+        assert_eq!(weights.len(), 4, "{folded}");
     }
 
     #[test]
     fn missing_folder_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope");
-        let err = write_files(&server_report(), &missing).unwrap_err();
+        let err = write_files(&server_diagnosed(), Weight::Peak, &missing).unwrap_err();
         assert!(matches!(err, ReportError::Write { .. }));
         assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn per_process_files_number_the_images_of_a_tgid_in_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = lifecycle_diagnosed();
+        let written = render_per_process(
+            &report,
+            Format::Flamegraph,
+            &RenderOptions::default(),
+            dir.path(),
+            "run",
+        )
+        .unwrap();
+        let mut names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        // In the order of the report's processes (by RSS growth).
+        assert_eq!(
+            names,
+            [
+                "run-tgid-202.svg",
+                "run-tgid-201.svg",
+                "run-tgid-201-2.svg",
+                "run-tgid-202-2.svg",
+                "run-tgid-200.svg"
+            ]
+        );
+        names.sort();
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        assert_eq!(on_disk, names);
+        // The second process on tgid 201 is in its own file, alone.
+        let second = std::fs::read_to_string(dir.path().join("run-tgid-201-2.svg")).unwrap();
+        assert!(second.contains("python3 -m app (tgid 201#2)"), "{second}");
+        assert!(!second.contains("handle_job"), "{second}");
+        let first = std::fs::read_to_string(dir.path().join("run-tgid-201.svg")).unwrap();
+        assert!(first.contains("handle_job"), "{first}");
+        assert!(!first.contains("(tgid 201#2)"), "{first}");
+    }
+
+    #[test]
+    fn only_flame_graphs_have_a_per_process_form() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = render_per_process(
+            &server_diagnosed(),
+            Format::Pprof,
+            &RenderOptions::default(),
+            dir.path(),
+            "run",
+        )
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            ReportError::NotPerProcess { format: "pprof" }
+        ));
     }
 }

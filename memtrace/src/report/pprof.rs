@@ -16,9 +16,10 @@ use prost::Message;
 use crate::aggregate::{Frame, Weight};
 use crate::diagnose::Diagnosed;
 
-/// Sample types, in the order of each sample's values: sampled resident
-/// growth and sampled copy-on-write un-sharing, both in bytes (named like
-/// Go's heap profile `alloc_space`).
+/// Sample types, in the order of each sample's values, all sampled bytes:
+/// held at the process image's high-water mark, held at its end (named
+/// like Go's heap profile `inuse_space`), grown (every first touch, like
+/// `alloc_space`) and copy-on-write un-sharing.
 const SAMPLE_TYPES: [(&str, &str); 4] = [
     ("peak_space", "bytes"),
     ("inuse_space", "bytes"),
@@ -73,7 +74,7 @@ pub(crate) struct Profile {
 /// `ValueType` (fields 1, 2): string-table indices of a type and its unit.
 #[derive(Clone, PartialEq, Message)]
 struct ValueType {
-    /// e.g. `growth_space`.
+    /// e.g. `peak_space`.
     #[prost(int64, tag = "1")]
     r#type: i64,
     /// e.g. `bytes`.
@@ -90,7 +91,7 @@ struct Sample {
     /// One value per sample type.
     #[prost(int64, repeated, tag = "2")]
     value: Vec<i64>,
-    /// `tgid` (number) and `process` (command) labels.
+    /// `tgid` (number), `process` (command) and `instance` (name) labels.
     #[prost(message, repeated, tag = "3")]
     label: Vec<Label>,
 }
@@ -149,15 +150,19 @@ struct Function {
 }
 
 /// Writes `report` as a gzipped pprof profile: sample types
-/// `peak_space/bytes` (held at the process's high-water mark),
-/// `inuse_space/bytes` (held at the end), `alloc_space/bytes` (grown: every
-/// first touch) and `cow_space/bytes`, the default one picked by `weight`;
-/// one sample per (process image, stack) with any of them, labelled `tgid`,
-/// `process` (command) and `instance` (`tgid N#2, image 1` form). Python frames are functions with their file and
-/// line; native frames are functions without a file. The diagnosis goes
-/// into the profile's comments (`go tool pprof -comments`), one comment per
-/// line: each finding's summary, evidence, code paths and next step. Deterministic
-/// (no timestamp in the gzip header).
+/// `peak_space/bytes` (held at the process image's high-water mark),
+/// `inuse_space/bytes` (held at its end), `alloc_space/bytes` (grown: every
+/// first touch) and `cow_space/bytes`, the default one picked by `weight`
+/// (`peak_space`, `inuse_space`, `alloc_space`); one sample per (process
+/// image, stack) with any of them, labelled `tgid` (number), `process` (its
+/// command) and `instance` ([`crate::aggregate::ProcessReport::name`]:
+/// `tgid N`, `tgid N#2`, `tgid N, image 1`), so `-tagfocus` tells two
+/// processes on one tgid apart. Python frames are functions with their file
+/// and line; native frames, mappings and unknown frames are functions
+/// without a file. The diagnosis goes into the profile's comments (`go tool
+/// pprof -comments`), one comment per line: each finding's summary,
+/// evidence, code paths and next step. Deterministic (no timestamp in the
+/// gzip header).
 ///
 /// # Errors
 /// Any error of `out`.
@@ -182,11 +187,16 @@ fn build(report: &Diagnosed, weight: Weight) -> Profile {
         builder.strings.index("process"),
         builder.strings.index("instance"),
     );
-    for path in report
-        .paths
-        .iter()
-        .filter(|p| p.bytes.grown_bytes() > 0 || p.bytes.cow_bytes > 0)
-    {
+    for path in &report.paths {
+        let value = vec![
+            signed(path.peak_held_bytes),
+            signed(path.bytes.held_now_bytes()),
+            signed(path.bytes.grown_bytes()),
+            signed(path.bytes.cow_bytes),
+        ];
+        if value.iter().all(|v| *v == 0) {
+            continue;
+        }
         let location_id = report
             .frames(path.stack)
             .iter()
@@ -212,12 +222,7 @@ fn build(report: &Diagnosed, weight: Weight) -> Profile {
         ];
         builder.samples.push(Sample {
             location_id,
-            value: vec![
-                signed(path.peak_held_bytes),
-                signed(path.bytes.held_now_bytes()),
-                signed(path.bytes.grown_bytes()),
-                signed(path.bytes.cow_bytes),
-            ],
+            value,
             label,
         });
     }
@@ -341,11 +346,12 @@ mod tests {
     use flate2::read::GzDecoder;
 
     use super::*;
-    use crate::aggregate::test_support::{prefork_report, server_report, MIB};
+    use crate::aggregate::test_support::{prefork_diagnosed, server_diagnosed, MIB};
+    use crate::report::fixtures::lifecycle_diagnosed;
 
-    fn decoded(report: &Report) -> Profile {
+    fn decoded(report: &Diagnosed, weight: Weight) -> Profile {
         let mut gz = Vec::new();
-        render(report, &mut gz).unwrap();
+        render(report, weight, &mut gz).unwrap();
         let mut raw = Vec::new();
         GzDecoder::new(gz.as_slice()).read_to_end(&mut raw).unwrap();
         Profile::decode(raw.as_slice()).unwrap()
@@ -355,30 +361,75 @@ mod tests {
         &profile.string_table[usize::try_from(index).unwrap()]
     }
 
+    /// Each sample's labels as (key, number, string).
+    fn labels(profile: &Profile, sample: &Sample) -> Vec<(String, i64, String)> {
+        sample
+            .label
+            .iter()
+            .map(|l| {
+                (
+                    string(profile, l.key).to_owned(),
+                    l.num,
+                    string(profile, l.str).to_owned(),
+                )
+            })
+            .collect()
+    }
+
     #[test]
-    fn sample_types_are_bytes_with_growth_first_and_default() {
-        let profile = decoded(&server_report());
+    fn sample_types_are_the_three_measures_and_copy_on_write_in_bytes() {
+        let profile = decoded(&server_diagnosed(), Weight::Peak);
         assert_eq!(profile.string_table[0], "");
         let types: Vec<(&str, &str)> = profile
             .sample_type
             .iter()
             .map(|t| (string(&profile, t.r#type), string(&profile, t.unit)))
             .collect();
-        assert_eq!(types, [("growth_space", "bytes"), ("cow_space", "bytes")]);
         assert_eq!(
-            string(&profile, profile.default_sample_type),
-            "growth_space"
+            types,
+            [
+                ("peak_space", "bytes"),
+                ("inuse_space", "bytes"),
+                ("alloc_space", "bytes"),
+                ("cow_space", "bytes")
+            ]
         );
         assert_eq!(profile.period, 512 * 1024);
         assert_eq!(profile.duration_nanos, 4_000_000_000);
+        let period = profile.period_type.as_ref().unwrap();
+        assert_eq!(
+            (
+                string(&profile, period.r#type),
+                string(&profile, period.unit)
+            ),
+            ("space", "bytes")
+        );
+    }
+
+    #[test]
+    fn the_default_sample_type_follows_the_weight() {
+        let report = server_diagnosed();
+        for (weight, expected) in [
+            (Weight::Peak, "peak_space"),
+            (Weight::End, "inuse_space"),
+            (Weight::Grown, "alloc_space"),
+        ] {
+            let profile = decoded(&report, weight);
+            assert_eq!(
+                string(&profile, profile.default_sample_type),
+                expected,
+                "{weight:?}"
+            );
+        }
     }
 
     #[test]
     fn one_sample_per_path_leaf_first_with_process_labels() {
-        let profile = decoded(&server_report());
+        let profile = decoded(&server_diagnosed(), Weight::Peak);
         assert_eq!(profile.sample.len(), 2);
         let leak = &profile.sample[0];
-        assert_eq!(leak.value, [signed(36 * MIB), 4096]);
+        let mib = signed(36 * MIB);
+        assert_eq!(leak.value, [mib, mib, mib, 4096]);
         let names: Vec<(&str, &str, i64)> = leak
             .location_id
             .iter()
@@ -402,23 +453,53 @@ mod tests {
                 ("<module>", "server.py", 1)
             ]
         );
-        let labels: Vec<(&str, i64, &str)> = leak
-            .label
-            .iter()
-            .map(|l| (string(&profile, l.key), l.num, string(&profile, l.str)))
-            .collect();
         assert_eq!(
-            labels,
-            [("tgid", 101, ""), ("process", 0, "python3 server.py")]
+            labels(&profile, leak),
+            [
+                ("tgid".to_owned(), 101, String::new()),
+                ("process".to_owned(), 0, "python3 server.py".to_owned()),
+                ("instance".to_owned(), 0, "tgid 101".to_owned())
+            ]
         );
     }
 
     #[test]
+    fn each_measure_has_its_value_and_processes_on_one_tgid_their_instance() {
+        let profile = decoded(&lifecycle_diagnosed(), Weight::Peak);
+        let mut samples: Vec<(String, Vec<i64>)> = profile
+            .sample
+            .iter()
+            .map(|s| {
+                let instance = labels(&profile, s)[2].2.clone();
+                let leaf = profile.location[usize::try_from(s.location_id[1] - 1).unwrap()].line[0]
+                    .function_id;
+                let function = &profile.function[usize::try_from(leaf - 1).unwrap()];
+                let values = s.value.iter().map(|v| v / signed(MIB)).collect();
+                (
+                    format!("{instance} {}", string(&profile, function.name)),
+                    values,
+                )
+            })
+            .collect();
+        samples.sort();
+        assert_eq!(
+            samples,
+            [
+                ("tgid 201 append".to_owned(), vec![10, 0, 10, 0]),
+                ("tgid 201 handle_job".to_owned(), vec![50, 40, 120, 0]),
+                ("tgid 201#2 append".to_owned(), vec![30, 30, 30, 4]),
+                ("tgid 202, image 0 load".to_owned(), vec![60, 60, 60, 0]),
+            ]
+        );
+        let tgids: Vec<i64> = profile.sample.iter().map(|s| s.label[0].num).collect();
+        assert_eq!(tgids.iter().filter(|t| **t == 201).count(), 3, "{tgids:?}");
+    }
+
+    #[test]
     fn comments_carry_each_finding_line_by_line() {
-        let mut report = prefork_report();
-        report.diagnosis = crate::diagnose::diagnose(&report);
+        let report = prefork_diagnosed();
         let top = &report.diagnosis[0];
-        let profile = decoded(&report);
+        let profile = decoded(&report, Weight::Peak);
         let comments: Vec<&str> = profile
             .comment
             .iter()
@@ -448,13 +529,14 @@ mod tests {
 
     #[test]
     fn shared_frames_are_one_location_and_output_is_deterministic() {
-        let profile = decoded(&server_report());
+        let report = server_diagnosed();
+        let profile = decoded(&report, Weight::Peak);
         // <module>, handle, append, PyList_Append, parse, malloc.
         assert_eq!(profile.location.len(), 6);
         assert_eq!(profile.function.len(), 6);
         let (mut first, mut second) = (Vec::new(), Vec::new());
-        render(&server_report(), &mut first).unwrap();
-        render(&server_report(), &mut second).unwrap();
+        render(&report, Weight::Peak, &mut first).unwrap();
+        render(&report, Weight::Peak, &mut second).unwrap();
         assert_eq!(first, second);
     }
 }

@@ -62,10 +62,13 @@ struct SampledProfile {
 
 /// Writes `report` as a speedscope file (compact JSON and a newline): one
 /// sampled profile per process image with `weight` bytes (in the order of
-/// [`Report::processes`], named `<command> (tgid N)`), one sample per path
-/// weighted by its `weight` bytes, `endValue` the image's total. The profile
-/// shown first is the image with the most bytes. Deterministic: frames are
-/// numbered in order of first use.
+/// [`Report::processes`], named `<command> (tgid N)` with
+/// [`ProcessReport::name`], so two processes on one tgid are two profiles),
+/// one sample per path weighted by its `weight` bytes, `endValue` the
+/// image's total. The file's name says the weight and the top finding. The
+/// profile shown first is the image with the most bytes (the first of
+/// them on a tie). Deterministic: frames are numbered in order of first
+/// use.
 ///
 /// # Errors
 /// Any error of `out`.
@@ -202,61 +205,105 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::aggregate::test_support::{prefork_report, MIB};
+    use crate::aggregate::test_support::{prefork_diagnosed, MIB};
+    use crate::report::fixtures::lifecycle_diagnosed;
 
-    fn rendered(report: &Report) -> Value {
+    fn rendered(report: &Diagnosed, weight: Weight) -> Value {
         let mut out = Vec::new();
-        render(report, &mut out).unwrap();
+        render(report, weight, &mut out).unwrap();
         serde_json::from_slice(&out).unwrap()
     }
 
-    #[test]
-    fn one_sampled_profile_per_growing_process_in_bytes() {
-        let value = rendered(&prefork_report());
-        assert_eq!(value["$schema"], SCHEMA);
-        let profiles = value["profiles"].as_array().unwrap();
-        // The master (100) has no sampled growth: no profile.
-        let names: Vec<&str> = profiles
+    fn names(value: &Value) -> Vec<&str> {
+        value["profiles"]
+            .as_array()
+            .unwrap()
             .iter()
             .map(|p| p["name"].as_str().unwrap())
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn one_sampled_profile_per_process_with_bytes() {
+        let value = rendered(&prefork_diagnosed(), Weight::Peak);
+        assert_eq!(value["$schema"], SCHEMA);
+        // The master (100) has no sampled bytes: no profile.
         assert_eq!(
-            names,
+            names(&value),
             [
                 "gunicorn app:wsgi (tgid 101)",
                 "gunicorn app:wsgi (tgid 102)",
                 "gunicorn app:wsgi (tgid 103)"
             ]
         );
-        let first = &profiles[0];
+        let first = &value["profiles"][0];
         assert_eq!(first["type"], "sampled");
         assert_eq!(first["unit"], "bytes");
+        assert_eq!(first["startValue"], 0);
         assert_eq!(first["weights"], json!([16 * MIB, 10 * MIB]));
         assert_eq!(first["endValue"], 26 * MIB);
         assert_eq!(value["activeProfileIndex"], 0);
     }
 
     #[test]
-    fn the_file_name_carries_the_top_finding() {
-        let mut report = prefork_report();
-        let plain = rendered(&report);
+    fn the_weight_sets_the_weights_and_which_images_have_a_profile() {
+        let report = lifecycle_diagnosed();
+        let peak = rendered(&report, Weight::Peak);
         assert_eq!(
-            plain["name"],
-            "memtrace: sampled memory growth of `gunicorn app:wsgi`"
+            names(&peak),
+            [
+                "python3 etl.py (tgid 202, image 0)",
+                "python3 -m app (tgid 201)",
+                "python3 -m app (tgid 201#2)"
+            ]
         );
-        report.diagnosis = crate::diagnose::diagnose(&report);
+        let weights = |value: &Value, index: usize| -> Vec<u64> {
+            value["profiles"][index]["weights"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w.as_u64().unwrap() / MIB)
+                .collect()
+        };
+        assert_eq!(weights(&peak, 1), [50, 10]);
+        // The ETL image holds the most (60 MiB) and is shown first.
+        assert_eq!(peak["activeProfileIndex"], 0);
+        let grown = rendered(&report, Weight::Grown);
+        assert_eq!(weights(&grown, 1), [120, 10]);
+        assert_eq!(grown["profiles"][1]["endValue"], 130 * MIB);
+        // tgid 201 grew the most (130 MiB).
+        assert_eq!(grown["activeProfileIndex"], 1);
+        let end = rendered(&report, Weight::End);
+        assert_eq!(weights(&end, 1), [40]);
+        assert!(
+            end["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("memtrace: memory held at end by `python3 -m app`: "),
+            "{end}"
+        );
+    }
+
+    #[test]
+    fn the_file_name_carries_the_weight_and_top_finding() {
+        let report = prefork_diagnosed();
         let summary = &report.diagnosis[0].summary;
-        let value = rendered(&report);
+        let value = rendered(&report, Weight::Peak);
         assert_eq!(
             value["name"],
-            format!("memtrace: sampled memory growth of `gunicorn app:wsgi`: {summary}")
+            format!("memtrace: memory held at peak by `gunicorn app:wsgi`: {summary}")
         );
-        assert_eq!(value["profiles"][0]["name"], "gunicorn app:wsgi (tgid 101)");
+        let mut undiagnosed = report.clone();
+        undiagnosed.diagnosis.clear();
+        assert_eq!(
+            rendered(&undiagnosed, Weight::Grown)["name"],
+            "memtrace: memory grown by `gunicorn app:wsgi`"
+        );
     }
 
     #[test]
     fn frames_are_shared_and_stacks_run_outermost_first() {
-        let value = rendered(&prefork_report());
+        let value = rendered(&prefork_diagnosed(), Weight::Peak);
         let frames = value["shared"]["frames"].as_array().unwrap();
         // <module>, parse, malloc, handle, append, PyList_Append: each once.
         assert_eq!(frames.len(), 6, "{frames:?}");

@@ -1,11 +1,14 @@
 //! Terminal renderer of the report step: the summary a user reads when
 //! tracing stops. The diagnosis first (each finding with its evidence, code
-//! paths and next step), then processes by RSS growth (each image of each
-//! process, with how it ended), then the top paths merged across processes
-//! (a leak a pre-fork service repeats in every worker ranks by its total)
-//! with the bytes each held at the high-water mark, held at the end and
-//! grew, a shorter per-process list, the copy-on-write paths, each with its
-//! frames, then data-quality lines, warnings and where the files went.
+//! paths and next step), then the process table (one row per image of each
+//! process, by RSS growth, with how and when it ended: its numbers stop
+//! there, before the interpreter's finalization and the kernel's teardown),
+//! the run totals, the top paths merged across processes (a leak a pre-fork
+//! service repeats in every worker ranks by its total) and a shorter
+//! per-process list, both with the bytes each path held at the high-water
+//! mark, held at the end and grew, ranked by `--weight`; then the
+//! copy-on-write paths, each with its frames, data-quality lines, warnings
+//! and where the files went.
 
 use std::io::{self, Write};
 
@@ -22,6 +25,10 @@ const MAX_FRAMES_SHOWN: usize = 12;
 /// Most (process, stack) paths in the per-process growth list; the merged
 /// list above it is the one `top` sizes.
 const MAX_PER_PROCESS_PATHS: usize = 5;
+
+/// Most characters of the COMMAND column (a [`text::short_command`]): a row
+/// of the process table then fits in 160 columns.
+const MAX_COMMAND_CHARS: usize = 40;
 
 /// Most processes named per merged path; the rest are counted.
 const MAX_TGIDS_SHOWN: usize = 8;
@@ -133,26 +140,40 @@ fn header(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     )
 }
 
+/// The process table: one row per image, by RSS growth, then the legend of
+/// the TGID column when a tgid was reused or an image exec'd.
 fn processes(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "Processes (by RSS growth; an image ends when it exec'd or began to exit, before the \
-         interpreter and the kernel gave its memory back)"
+        "Processes (one row per image, by RSS growth; an image's numbers end when it exec'd or \
+         began to exit)"
     )?;
     writeln!(
         out,
-        "{:>9}  {:<6}  {:>10}   {:>10}  {:>10}  {:>11}  {:>10}  {:>10}  {:<11}  {:<14}  COMMAND",
+        "{:>9}  {:<6}  {:>10} {:>10} {:>10} {:>11} {:>10} {:>10}  {:<10}  {:<16}  COMMAND",
         "TGID", "ROLE", "RSS START", "END", "PEAK", "GROWTH", "USS END", "COW", "PYTHON", "ENDED"
     )?;
     for p in &report.processes {
         process_row(p, out)?;
     }
+    let reused = report.processes.iter().any(|p| p.instance > 1);
+    let exec = report.processes.iter().any(|p| p.image > 0);
+    if reused || exec {
+        let mut legend = Vec::new();
+        if reused {
+            legend.push("N#2: the 2nd process the kernel gave tgid N in this trace");
+        }
+        if exec {
+            legend.push("N.1: its image after an execve (N.0 before it)");
+        }
+        writeln!(out, "{:>9}  {}", "", legend.join("; "))?;
+    }
     Ok(())
 }
 
-/// The TGID column: `4312`, `4312#2` for a reused tgid, `4312.1` for the
-/// image after an execve.
+/// The TGID column: `4312`, `4312#2` for a reused tgid, `4312.0` and
+/// `4312.1` for the images before and after an execve.
 fn process_column(p: &ProcessReport) -> String {
     let mut column = p.tgid.to_string();
     if p.instance > 1 {
@@ -164,18 +185,12 @@ fn process_column(p: &ProcessReport) -> String {
     column
 }
 
-/// How an image ended: `alive`, `exec'd`, `exit 0`, `SIGKILL`, or `exiting`
-/// when its exit began but was not seen to finish.
-fn ended_text(p: &ProcessReport) -> String {
-    if p.exec_ns.is_some() {
-        return "exec'd".to_owned();
-    }
-    match (p.exit_status, p.exit_began_ns, p.exited_ns) {
-        (Some(status), _, _) => status.to_string(),
-        (None, _, Some(_)) => "exited (?)".to_owned(),
-        (None, Some(_), None) => "exiting".to_owned(),
-        (None, None, None) => "alive".to_owned(),
-    }
+/// `tgid` and the TGID column of image `id` (`tgid ?` when not traced).
+fn process_ref(report: &Report, id: ProcessId) -> String {
+    let column = report
+        .process(id)
+        .map_or_else(|| "?".to_owned(), process_column);
+    format!("tgid {column}")
 }
 
 fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
@@ -197,18 +212,15 @@ fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
     let cow = p
         .counters
         .map_or_else(dash, |c| format_bytes(c.cow_fault_bytes));
-    let mut command = p.label();
-    if let Some(ended_ns) = p.ended_ns() {
-        command.push_str(&format!(" (ended at {:.1} s)", ended_ns as f64 / NS_PER_S));
-    }
     writeln!(
         out,
-        "{:>9}  {:<6}  {start:>10} → {end:>10}  {peak:>10}  {growth:>11}  {uss:>10}  {cow:>10}  \
-         {:<11}  {:<14}  {command}",
+        "{:>9}  {:<6}  {start:>10} {end:>10} {peak:>10} {growth:>11} {uss:>10} {cow:>10}  \
+         {:<10}  {:<16}  {}",
         process_column(p),
         p.role.to_string(),
         text::python_text(p.python.as_ref(), false),
-        ended_text(p),
+        text::ended_text(p),
+        text::short_command(&p.cmdline, MAX_COMMAND_CHARS),
     )
 }
 
@@ -218,9 +230,9 @@ fn totals(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         out,
         "Total: {} ({}, {}; at most {} alive at once); \
          RSS of the live processes {} at the end, highest sum {}",
-        counted(t.processes, "process", "processes"),
-        counted(t.roots, "root", "roots"),
-        counted(t.workers, "worker", "workers"),
+        text::counted(t.processes, "process image", "process images"),
+        text::counted(t.roots, "root", "roots"),
+        text::counted(t.workers, "worker", "workers"),
         t.peak_live_processes,
         format_bytes(t.live_rss_end_bytes),
         format_bytes(t.peak_total_rss_bytes),
@@ -242,13 +254,10 @@ fn totals(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     )
 }
 
-/// `count` with the singular or plural noun.
-fn counted(count: u64, one: &str, many: &str) -> String {
-    format!("{count} {}", if count == 1 { one } else { many })
+/// What a path section says when no path has bytes of the weight.
+fn no_paths(weight: Weight) -> String {
+    format!("  none: no sampled path has bytes {}", weight.describe())
 }
-
-/// What a growth section says when nothing was sampled.
-const NO_GROWTH: &str = "  none: no growth was sampled with a stack";
 
 /// A blank line, `title`, then `entry` for each of `items` with its rank
 /// (from 1). With no items, the `none` line, or nothing at all (not even the
@@ -274,50 +283,65 @@ fn ranked_section<T>(
     }
 }
 
-fn growth_stacks(
-    report: &Report,
-    weight: Weight,
-    top: usize,
-    out: &mut dyn Write,
-) -> io::Result<()> {
-    ranked_section(
-        &format!(
-            "Top paths across processes (sampled, summed over processes, by bytes {}; \
-             innermost frame first)",
-            weight.describe()
-        ),
-        &report.top_stacks(weight, top),
-        Some(NO_GROWTH),
-        out,
-        |rank, stack, out| stack_entry(report, rank, stack, out),
+/// The header line of the path lists: the three measures, the share and
+/// `last` (what the rest of the line names).
+fn measures_header(last: &str) -> String {
+    format!(
+        "     {:>12}  {:>12}  {:>10}  {:>6}  {last}",
+        "HELD AT PEAK", "HELD AT END", "GROWN", "SHARE"
     )
 }
 
-/// The three measures of a path: `12.0 MiB held at peak, 11.0 MiB at end,
-/// 40.0 MiB grown`.
-fn measures(peak_held_bytes: u64, bytes: &SampledBytes) -> String {
+/// The three measures of a path and its `share`, under [`measures_header`].
+fn measures(peak_held_bytes: u64, bytes: &SampledBytes, share: &str) -> String {
     format!(
-        "{:>10} held at peak {:>10} at end {:>10} grown",
+        "{:>12}  {:>12}  {:>10}  {share:>6}",
         format_bytes(peak_held_bytes),
         format_bytes(bytes.held_now_bytes()),
         format_bytes(bytes.grown_bytes()),
     )
 }
 
-/// One ranked merged path: its measures, share of all bytes held at peak,
-/// the processes it grew in, then its frames.
+fn growth_stacks(
+    report: &Report,
+    weight: Weight,
+    top: usize,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let stacks = report.top_stacks(weight, top);
+    let all = text::all_weight_bytes(report, weight);
+    let title = format!(
+        "Top paths across processes (sampled, summed over processes; ranked by bytes {0}, \
+         share of all {0}; innermost frame first)\n{1}",
+        weight.describe(),
+        measures_header("IN")
+    );
+    ranked_section(
+        &title,
+        &stacks,
+        Some(&no_paths(weight)),
+        out,
+        |rank, stack, out| {
+            let share = text::percent(stack.weight_bytes(weight), all);
+            stack_entry(report, rank, stack, &share, out)
+        },
+    )
+}
+
+/// One ranked merged path: its measures and `share`, the images it grew
+/// in, then its frames.
 fn stack_entry(
     report: &Report,
     rank: usize,
     stack: &StackGrowthReport,
+    share: &str,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     writeln!(
         out,
-        "{rank:>3}. {}  {:>5.1}% of all held at peak  in {} ({})",
-        measures(stack.peak_held_bytes, &stack.bytes),
-        stack.peak_held_share * 100.0,
-        counted(
+        "{rank:>3}. {}  {}: {}",
+        measures(stack.peak_held_bytes, &stack.bytes, share),
+        text::counted(
             u64::try_from(stack.processes.len()).unwrap_or(u64::MAX),
             "process",
             "processes"
@@ -327,12 +351,16 @@ fn stack_entry(
     frame_lines(report.frames(stack.stack), out)
 }
 
-/// `tgid 1, 2, 3`, at most [`MAX_TGIDS_SHOWN`] named, then `… N more`.
+/// `tgid 1, 2#2, 3.1`, at most [`MAX_TGIDS_SHOWN`] named, then `… N more`.
 fn process_list(report: &Report, processes: &[ProcessId]) -> String {
     let shown: Vec<String> = processes
         .iter()
         .take(MAX_TGIDS_SHOWN)
-        .map(|&id| report.process(id).map_or_else(|| "?".to_owned(), process_column))
+        .map(|&id| {
+            report
+                .process(id)
+                .map_or_else(|| "?".to_owned(), process_column)
+        })
         .collect();
     let mut list = format!("tgid {}", shown.join(", "));
     if processes.len() > MAX_TGIDS_SHOWN {
@@ -348,20 +376,25 @@ fn growth_paths(
     out: &mut dyn Write,
 ) -> io::Result<()> {
     let paths = report.top_paths(weight, top);
+    let title = format!(
+        "Top paths per process (sampled; ranked by bytes {0}, share of the process's {0}; \
+         innermost frame first)\n{1}",
+        weight.describe(),
+        measures_header("PROCESS")
+    );
     ranked_section(
-        &format!(
-            "Top paths per process (sampled, by bytes {}; innermost frame first)",
-            weight.describe()
-        ),
+        &title,
         &paths,
-        Some(NO_GROWTH),
+        Some(&no_paths(weight)),
         out,
         |rank, path, out| {
-            let line = format!(
-                "{}  {:>5.1}% of its held at peak",
-                measures(path.peak_held_bytes, &path.bytes),
-                path.peak_held_share * 100.0
-            );
+            let whole = report
+                .paths
+                .iter()
+                .filter(|p| p.process == path.process)
+                .fold(0, |sum: u64, p| sum.saturating_add(p.weight_bytes(weight)));
+            let share = text::percent(path.weight_bytes(weight), whole);
+            let line = measures(path.peak_held_bytes, &path.bytes, &share);
             path_entry(report, rank, path, &line, out)
         },
     )
@@ -369,15 +402,16 @@ fn growth_paths(
 
 fn cow_paths(report: &Report, top: usize, out: &mut dyn Write) -> io::Result<()> {
     ranked_section(
-        "Top copy-on-write paths (pages shared with the parent, un-shared by a write)",
+        "Top copy-on-write paths (sampled pages shared with the parent, un-shared by a write; \
+         share of the process's)",
         &report.top_cow_paths(top),
         None,
         out,
         |rank, path, out| {
             let line = format!(
-                "{:>10}  {:>5.1}% of its sampled copy-on-write",
+                "{:>10}  {:>6}",
                 format_bytes(path.bytes.cow_bytes),
-                path.cow_share * 100.0
+                format!("{:.1}%", path.cow_share * 100.0)
             );
             path_entry(report, rank, path, &line, out)
         },
@@ -392,17 +426,22 @@ fn path_entry(
     line: &str,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    let process = report
-        .process(path.process)
-        .map_or_else(|| "?".to_owned(), process_column);
-    let command = report.label(path.process);
-    writeln!(out, "{rank:>3}. {line}  tgid {process}  {command}")?;
+    let command = report.process(path.process).map_or_else(
+        || "?".to_owned(),
+        |p| text::short_command(&p.cmdline, MAX_COMMAND_CHARS),
+    );
+    writeln!(
+        out,
+        "{rank:>3}. {line}  {}  {command}",
+        process_ref(report, path.process),
+    )?;
     frame_lines(report.frames(path.stack), out)
 }
 
 /// Frames innermost first: the Python (and marker) frames, at most
-/// [`MAX_FRAMES_SHOWN`], then the trailing native frames; each line indented
-/// eight spaces (the layout `memtrace diff`'s table shares).
+/// [`MAX_FRAMES_SHOWN`], then the trailing native frames, every native frame
+/// `native: `-prefixed ([`text::frame_text`]); each line indented eight
+/// spaces (the layout `memtrace diff`'s table shares).
 ///
 /// # Errors
 /// Any error of `out`.
@@ -413,7 +452,7 @@ pub(crate) fn frame_lines(frames: &[Frame], out: &mut dyn Write) -> io::Result<(
         .map_or(0, |last| last + 1);
     let (python, native) = frames.split_at(native_start);
     for frame in python.iter().rev().take(MAX_FRAMES_SHOWN) {
-        writeln!(out, "        {frame}")?;
+        writeln!(out, "        {}", text::frame_text(frame))?;
     }
     if python.len() > MAX_FRAMES_SHOWN {
         writeln!(
@@ -444,8 +483,9 @@ fn records(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 fn files(written: &WrittenFiles, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
-        "Folded stacks (bytes held at peak): {}  \
+        "Folded stacks (bytes {}): {}  \
          (flame graph: inferno-flamegraph --countname bytes {} > memtrace.svg)",
+        written.weight.describe(),
         written.folded.display(),
         written.folded.display(),
     )?;
@@ -459,43 +499,34 @@ mod tests {
     use memtrace_common::MemoryEvent;
 
     use super::*;
-    use crate::aggregate::test_support::{native, prefork_report, py, sample, server_report, MIB};
-    use crate::aggregate::{Aggregator, RunMeta};
+    use crate::aggregate::test_support::{
+        native, prefork_diagnosed, py, sample, server_diagnosed, start, MIB,
+    };
+    use crate::aggregate::{Aggregator, ProcessStart, Role, RunMeta};
+    use crate::diagnose::diagnose;
+    use crate::report::fixtures::lifecycle_diagnosed;
 
-    fn written() -> WrittenFiles {
+    fn written(weight: Weight) -> WrittenFiles {
         WrittenFiles {
             folded: PathBuf::from("/out/memtrace-1.folded"),
+            weight,
             json: PathBuf::from("/out/memtrace-1.json"),
         }
     }
 
-    fn render_text(report: &Report, top: usize) -> String {
+    fn render_with(report: &Diagnosed, top: usize, weight: Weight) -> String {
+        let options = RenderOptions {
+            top,
+            weight,
+            ..RenderOptions::default()
+        };
         let mut out = Vec::new();
-        render(report, top, &written(), &mut out).unwrap();
+        render(report, &options, &written(Weight::Peak), &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
-    fn line_with<'a>(text: &'a str, needle: &str) -> &'a str {
-        text.lines()
-            .find(|l| l.contains(needle))
-            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
-    }
-
-    #[test]
-    fn process_table_is_sorted_by_growth() {
-        let text = render_text(&server_report(), 10);
-        let worker = line_with(&text, "    101  worker");
-        let root = line_with(&text, "    100  root");
-        assert!(text.find(worker) < text.find(root), "{text}");
-        assert!(worker.contains("20.0 MiB →   68.0 MiB"), "{worker}");
-        assert!(worker.contains("+48.0 MiB"), "{worker}");
-        assert!(worker.contains("3.12.1"), "{worker}");
-        assert!(worker.ends_with("python3 server.py"), "{worker}");
-        assert!(root.contains("0 B"), "{root}");
-        assert!(
-            text.contains("Total: 2 processes (1 root, 1 worker; at most 2 alive at once)"),
-            "{text}"
-        );
+    fn render_text(report: &Diagnosed, top: usize) -> String {
+        render_with(report, top, Weight::Peak)
     }
 
     /// The lines of the section whose title starts with `title`, up to the
@@ -509,125 +540,308 @@ mod tests {
         rest.find("\n\n").map_or(rest, |end| &rest[..=end])
     }
 
-    const MERGED: &str = "Top growth paths across processes";
-    const PER_PROCESS: &str = "Top growth paths per process";
+    /// The row of the process table whose TGID column is `column`.
+    fn row<'a>(text: &'a str, column: &str) -> &'a str {
+        section(text, PROCESSES)
+            .lines()
+            .find(|l| l.get(..9).is_some_and(|c| c.trim() == column))
+            .unwrap_or_else(|| panic!("no row {column:?} in:\n{text}"))
+    }
+
+    const PROCESSES: &str = "Processes (one row per image";
+    const MERGED: &str = "Top paths across processes";
+    const PER_PROCESS: &str = "Top paths per process";
 
     #[test]
-    fn merged_paths_come_first_and_rank_a_leak_by_its_total_over_workers() {
-        let text = render_text(&prefork_report(), 10);
-        let expected = "Top growth paths across processes \
-                        (sampled resident anonymous growth summed over processes; \
-                        innermost frame first)\n\
-                        \x20 1.   30.0 MiB   65.2% of all sampled growth  \
-                        in 3 processes (tgid 101, 102, 103)\n\
-                        \x20       append (app/cache.py:42)\n\
-                        \x20       handle (app/views.py:10)\n\
-                        \x20       <module> (server.py:1)\n\
-                        \x20       native: PyList_Append\n\
-                        \x20 2.   16.0 MiB   34.8% of all sampled growth  \
-                        in 1 process (tgid 101)\n\
-                        \x20       parse (app/io.py:7)\n\
-                        \x20       <module> (server.py:1)\n\
-                        \x20       native: malloc\n";
-        assert_eq!(section(&text, MERGED), expected, "{text}");
-        assert!(text.find(MERGED) < text.find(PER_PROCESS), "{text}");
+    fn process_rows_give_every_measure_and_how_each_image_ended() {
+        let text = render_text(&lifecycle_diagnosed(), 10);
+        let table = section(&text, PROCESSES);
+        let header = table.lines().nth(1).unwrap();
+        assert_eq!(
+            header,
+            "     TGID  ROLE     RSS START        END       PEAK      GROWTH    USS END        COW  \
+             PYTHON      ENDED             COMMAND"
+        );
+        assert_eq!(
+            row(&text, "201"),
+            "      201  worker    30.0 MiB   70.0 MiB   80.0 MiB   +40.0 MiB   50.0 MiB    8.0 MiB  \
+             3.12.1      exit 0 at 4.0 s   python3 -m app"
+        );
+        assert_eq!(
+            row(&text, "201#2"),
+            "    201#2  worker    30.0 MiB   60.0 MiB   60.0 MiB   +30.0 MiB   40.0 MiB    4.0 MiB  \
+             3.12.1      SIGKILL at 7.0 s  python3 -m app"
+        );
+        assert_eq!(
+            row(&text, "202.0"),
+            "    202.0  worker    30.0 MiB   90.0 MiB   90.0 MiB   +60.0 MiB   60.0 MiB        0 B  \
+             3.12.1      exec'd at 6.0 s   python3 etl.py"
+        );
+        assert_eq!(
+            row(&text, "202.1"),
+            "    202.1  worker         0 B    1.0 MiB    1.0 MiB    +1.0 MiB          -        0 B  \
+             not Python  alive             sleep 60"
+        );
+        assert_eq!(
+            row(&text, "200"),
+            "      200  root      30.0 MiB   30.0 MiB   30.0 MiB         0 B   10.0 MiB        0 B  \
+             3.12.1      alive             python3 -m app"
+        );
+        let order: Vec<&str> = table
+            .lines()
+            .skip(2)
+            .map(|l| l[..9].trim())
+            .take(5)
+            .collect();
+        assert_eq!(order, ["202.0", "201", "201#2", "202.1", "200"], "{table}");
         assert!(
-            text.find("Total: 4 processes") < text.find(MERGED),
+            table.lines().nth(7).unwrap().contains(
+                "N#2: the 2nd process the kernel gave tgid N in this trace; \
+                 N.1: its image after an execve (N.0 before it)"
+            ),
+            "{table}"
+        );
+        assert!(
+            text.contains(
+                "Total: 5 process images (1 root, 4 workers; at most 3 alive at once); \
+                 RSS of the live processes 31.0 MiB at the end"
+            ),
             "{text}"
         );
     }
 
     #[test]
-    fn per_process_paths_follow_with_the_transient_path_first() {
-        let text = render_text(&prefork_report(), 10);
-        let per_process = section(&text, PER_PROCESS);
-        let ranks: Vec<&str> = per_process
-            .lines()
-            .filter(|l| l.contains("% of tgid"))
-            .collect();
-        let expected = [
-            "  1.   16.0 MiB   61.5% of tgid 101's sampled growth",
-            "  2.   10.0 MiB   38.5% of tgid 101's sampled growth",
-            "  3.   10.0 MiB  100.0% of tgid 102's sampled growth",
-            "  4.   10.0 MiB  100.0% of tgid 103's sampled growth",
-        ];
-        assert_eq!(ranks.len(), expected.len(), "{per_process}");
-        for (rank, want) in ranks.iter().zip(expected) {
-            assert!(rank.starts_with(want), "{per_process}");
-        }
+    fn a_reused_tgid_is_two_rows_each_with_its_own_numbers() {
+        let text = render_text(&lifecycle_diagnosed(), 10);
+        let first = row(&text, "201");
+        let second = row(&text, "201#2");
+        assert!(
+            first.contains("+40.0 MiB") && first.contains("exit 0"),
+            "{first}"
+        );
+        assert!(
+            second.contains("+30.0 MiB") && second.contains("SIGKILL"),
+            "{second}"
+        );
     }
 
     #[test]
-    fn growth_paths_show_share_and_frames_innermost_first_native_last() {
-        let text = render_text(&server_report(), 10);
-        let expected = "  1.   36.0 MiB   75.0% of tgid 101's sampled growth  python3 server.py\n\
+    fn an_execd_image_is_its_own_row() {
+        let text = render_text(&lifecycle_diagnosed(), 10);
+        let before = row(&text, "202.0");
+        let after = row(&text, "202.1");
+        assert!(before.contains("exec'd at 6.0 s"), "{before}");
+        assert!(before.ends_with("python3 etl.py"), "{before}");
+        assert!(after.contains("not Python"), "{after}");
+        assert!(after.ends_with("sleep 60"), "{after}");
+    }
+
+    #[test]
+    fn no_legend_without_reused_tgids_or_execs() {
+        let text = render_text(&server_diagnosed(), 10);
+        let table = section(&text, PROCESSES);
+        // Title, header, two rows, then the totals.
+        assert!(
+            table.lines().nth(4).unwrap().starts_with("Total: "),
+            "{table}"
+        );
+        assert!(!text.contains("N#2"), "{text}");
+    }
+
+    #[test]
+    fn merged_paths_show_all_three_measures_ranked_by_held_at_peak() {
+        let text = render_text(&lifecycle_diagnosed(), 10);
+        let expected = "Top paths across processes (sampled, summed over processes; \
+                        ranked by bytes held at peak, share of all held at peak; \
+                        innermost frame first)\n\
+                        \x20    HELD AT PEAK   HELD AT END       GROWN   SHARE  IN\n\
+                        \x20 1.     60.0 MiB      60.0 MiB    60.0 MiB   40.0%  \
+                        1 process: tgid 202.0\n\
+                        \x20       load (etl.py:12)\n\
+                        \x20       <module> (etl.py:1)\n\
+                        \x20       native: malloc\n\
+                        \x20 2.     50.0 MiB      40.0 MiB   120.0 MiB   33.3%  \
+                        1 process: tgid 201\n\
+                        \x20       handle_job (app/jobs.py:20)\n\
+                        \x20       <module> (app/worker.py:1)\n\
+                        \x20       native: malloc\n\
+                        \x20 3.     40.0 MiB      30.0 MiB    40.0 MiB   26.7%  \
+                        2 processes: tgid 201, 201#2\n\
                         \x20       append (app/cache.py:42)\n\
-                        \x20       handle (app/views.py:10)\n\
-                        \x20       <module> (server.py:1)\n\
-                        \x20       native: PyList_Append\n\
-                        \x20 2.   12.0 MiB   25.0% of tgid 101's sampled growth";
-        assert!(section(&text, PER_PROCESS).contains(expected), "{text}");
+                        \x20       <module> (app/worker.py:1)\n\
+                        \x20       native: PyList_Append\n";
+        assert_eq!(section(&text, MERGED), expected, "{text}");
+        assert!(text.find(MERGED) < text.find(PER_PROCESS), "{text}");
+        assert!(text.find("Total: 5") < text.find(MERGED), "{text}");
+    }
+
+    #[test]
+    fn the_weight_reranks_the_paths_and_their_shares() {
+        let report = lifecycle_diagnosed();
+        let grown = render_with(&report, 10, Weight::Grown);
+        let merged = section(&grown, MERGED);
+        assert!(
+            merged.starts_with(
+                "Top paths across processes (sampled, summed over processes; \
+                 ranked by bytes grown, share of all grown;"
+            ),
+            "{merged}"
+        );
+        // handle_job: 120 of 220 MiB grown.
+        assert!(
+            merged.contains(
+                "  1.     50.0 MiB      40.0 MiB   120.0 MiB   54.5%  1 process: tgid 201\n\
+                 \x20       handle_job"
+            ),
+            "{merged}"
+        );
+        let end = render_with(&report, 10, Weight::End);
+        let per_process = section(&end, PER_PROCESS);
+        let ranks: Vec<&str> = per_process
+            .lines()
+            .filter(|l| l.starts_with("  ") && l.contains(". ") && l.contains("tgid"))
+            .collect();
+        // append in 201 holds nothing at the end: left out.
+        assert_eq!(
+            ranks,
+            [
+                "  1.     60.0 MiB      60.0 MiB    60.0 MiB  100.0%  tgid 202.0  python3 etl.py",
+                "  2.     50.0 MiB      40.0 MiB   120.0 MiB  100.0%  tgid 201  python3 -m app",
+                "  3.     30.0 MiB      30.0 MiB    30.0 MiB  100.0%  tgid 201#2  python3 -m app",
+            ],
+            "{per_process}"
+        );
+    }
+
+    #[test]
+    fn per_process_paths_rank_each_image_apart() {
+        let text = render_text(&lifecycle_diagnosed(), 10);
+        let per_process = section(&text, PER_PROCESS);
+        let ranks: Vec<&str> = per_process
+            .lines()
+            .filter(|l| l.starts_with("  ") && l.contains(". ") && l.contains("tgid"))
+            .collect();
+        assert_eq!(
+            ranks,
+            [
+                "  1.     60.0 MiB      60.0 MiB    60.0 MiB  100.0%  tgid 202.0  python3 etl.py",
+                "  2.     50.0 MiB      40.0 MiB   120.0 MiB   83.3%  tgid 201  python3 -m app",
+                "  3.     30.0 MiB      30.0 MiB    30.0 MiB  100.0%  tgid 201#2  python3 -m app",
+                "  4.     10.0 MiB           0 B    10.0 MiB   16.7%  tgid 201  python3 -m app",
+            ],
+            "{per_process}"
+        );
+        assert!(
+            per_process.starts_with(
+                "Top paths per process (sampled; ranked by bytes held at peak, share of the \
+                 process's held at peak; innermost frame first)\n\
+                 \x20    HELD AT PEAK   HELD AT END       GROWN   SHARE  PROCESS\n"
+            ),
+            "{per_process}"
+        );
+    }
+
+    #[test]
+    fn the_prefork_leak_ranks_by_its_total_over_workers() {
+        let text = render_text(&prefork_diagnosed(), 10);
         let merged = section(&text, MERGED);
         assert!(
-            merged
-                .contains("  1.   36.0 MiB   75.0% of all sampled growth  in 1 process (tgid 101)"),
+            merged.contains(
+                "  1.     30.0 MiB      30.0 MiB    30.0 MiB   65.2%  \
+                 3 processes: tgid 101, 102, 103\n\
+                 \x20       append (app/cache.py:42)"
+            ),
             "{merged}"
+        );
+        let per_process = section(&text, PER_PROCESS);
+        assert!(
+            per_process.contains("  1.     16.0 MiB      16.0 MiB    16.0 MiB   61.5%  tgid 101"),
+            "{per_process}"
         );
     }
 
     #[test]
     fn top_limits_the_merged_paths_and_caps_the_per_process_ones() {
-        let text = render_text(&prefork_report(), 1);
-        assert!(section(&text, MERGED).contains("  1.   30.0 MiB"), "{text}");
+        let text = render_text(&prefork_diagnosed(), 1);
+        assert!(
+            section(&text, MERGED).contains("  1.     30.0 MiB"),
+            "{text}"
+        );
         assert!(!section(&text, MERGED).contains("  2. "), "{text}");
         assert!(
-            section(&text, PER_PROCESS).contains("  1.   16.0 MiB"),
+            section(&text, PER_PROCESS).contains("  1.     16.0 MiB"),
             "{text}"
         );
         assert!(!section(&text, PER_PROCESS).contains("  2. "), "{text}");
 
         let text = render_text(&many_paths_report(8), 7);
-        let merged_ranks = section(&text, MERGED)
-            .matches("% of all sampled growth")
-            .count();
-        let per_process_ranks = section(&text, PER_PROCESS).matches("% of tgid").count();
-        assert_eq!(merged_ranks, 7, "{text}");
-        assert_eq!(per_process_ranks, MAX_PER_PROCESS_PATHS, "{text}");
+        let ranks = |title| {
+            section(&text, title)
+                .lines()
+                .filter(|l| l.contains("MiB") && l.contains("%"))
+                .count()
+        };
+        assert_eq!(ranks(MERGED), 7, "{text}");
+        assert_eq!(ranks(PER_PROCESS), MAX_PER_PROCESS_PATHS, "{text}");
     }
 
     #[test]
-    fn no_sampled_growth_says_so_in_both_sections() {
+    fn no_path_of_the_weight_says_so_in_both_sections() {
         let text = render_text(&many_paths_report(0), 10);
-        let none = "  none: no growth was sampled with a stack";
+        let none = "  none: no sampled path has bytes held at peak";
         assert!(section(&text, MERGED).contains(none), "{text}");
         assert!(section(&text, PER_PROCESS).contains(none), "{text}");
     }
 
     #[test]
-    fn long_tgid_lists_are_cut_and_counted() {
-        assert_eq!(tgid_list(&[7]), "tgid 7");
-        assert_eq!(tgid_list(&[1, 2, 3]), "tgid 1, 2, 3");
-        let many: Vec<u32> = (1..=11).collect();
-        assert_eq!(tgid_list(&many), "tgid 1, 2, 3, 4, 5, 6, 7, 8, … 3 more");
+    fn long_process_lists_are_cut_and_counted() {
+        let report = many_processes_report(11);
+        let ids: Vec<ProcessId> = (0..11).map(ProcessId).collect();
+        assert_eq!(process_list(&report, &ids[..1]), "tgid 1");
+        assert_eq!(process_list(&report, &ids[..3]), "tgid 1, 2, 3");
+        assert_eq!(
+            process_list(&report, &ids),
+            "tgid 1, 2, 3, 4, 5, 6, 7, 8, … 3 more"
+        );
+        assert_eq!(process_list(&report, &[ProcessId(99)]), "tgid ?");
     }
 
     /// One process with `n` growth paths of distinct sizes.
-    fn many_paths_report(n: u32) -> Report {
+    fn many_paths_report(n: u32) -> Diagnosed {
         let mut agg = Aggregator::new(0);
+        let id = agg.process_started(start(1, None, Role::Root, 0));
         for i in 0..n {
             let stack = [py(&format!("f{i}"), "m.py", i), native("malloc")];
             let weight_bytes = u64::from(i + 1) * MIB;
-            agg.memory(sample(1, MemoryEvent::AnonGrowth, weight_bytes, &stack));
+            let stack_id = sample(&mut agg, id, MemoryEvent::AnonGrowth, weight_bytes, &stack);
+            agg.peak_held(id, stack_id, weight_bytes);
+        }
+        diagnose(agg.finish(0, RunMeta::default()))
+    }
+
+    /// `n` processes with tgids 1..=n.
+    fn many_processes_report(n: u32) -> Report {
+        let mut agg = Aggregator::new(0);
+        for tgid in 1..=n {
+            agg.process_started(ProcessStart {
+                ..start(tgid, None, Role::Root, 0)
+            });
         }
         agg.finish(0, RunMeta::default())
     }
 
     #[test]
     fn cow_paths_records_warnings_and_files_are_listed() {
-        let text = render_text(&server_report(), 10);
-        assert!(text.contains("Top copy-on-write paths"), "{text}");
-        assert!(
-            text.contains("  1.    4.0 KiB  100.0% of tgid 101's sampled copy-on-write"),
+        let text = render_text(&server_diagnosed(), 10);
+        assert_eq!(
+            section(&text, "Top copy-on-write paths"),
+            "Top copy-on-write paths (sampled pages shared with the parent, un-shared by a \
+             write; share of the process's)\n\
+             \x20 1.    4.0 KiB  100.0%  tgid 101  python3 server.py\n\
+             \x20       append (app/cache.py:42)\n\
+             \x20       handle (app/views.py:10)\n\
+             \x20       <module> (server.py:1)\n\
+             \x20       native: PyList_Append\n",
             "{text}"
         );
         assert!(
@@ -639,13 +853,41 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("Folded stacks: /out/memtrace-1.folded"),
+            text.contains(
+                "Folded stacks (bytes held at peak): /out/memtrace-1.folded  (flame graph: \
+                 inferno-flamegraph --countname bytes /out/memtrace-1.folded > memtrace.svg)"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("JSON report:   /out/memtrace-1.json"),
+            text.ends_with("JSON report:   /out/memtrace-1.json\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_folded_line_names_the_files_weight() {
+        let mut out = Vec::new();
+        files(&written(Weight::Grown), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("Folded stacks (bytes grown): /out/memtrace-1.folded"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_diagnosis_comes_first_with_names() {
+        let report = lifecycle_diagnosed();
+        let text = render_text(&report, 10);
+        assert!(text.starts_with("Diagnosis\n  1. "), "{text}");
+        let first = &report.diagnosis[0];
+        let line = text.lines().nth(1).unwrap();
+        assert!(
+            line.contains(&text::scope_text(&report, first.scope)),
+            "{line}"
+        );
+        assert!(line.ends_with(&first.summary), "{line}");
     }
 
     #[test]

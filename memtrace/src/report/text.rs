@@ -1,9 +1,13 @@
 //! Words shared by the text-carrying renderers of the report step (table,
-//! HTML, flame graph titles): how a diagnosis finding, its scope and its
-//! code paths read.
+//! HTML, flame graph titles, pprof comments): how a diagnosis finding, its
+//! scope and its code paths read, how a process image ended, and what share
+//! of all bytes of a measure a path holds.
 
-use crate::aggregate::{Frame, PythonStatus, Report, StackId};
+use crate::aggregate::{Frame, ProcessReport, PythonStatus, Report, StackId, Weight};
 use crate::diagnose::{Finding, Pattern, Scope, Strength};
+
+/// Nanoseconds per second, for times shown in seconds.
+const NS_PER_S: f64 = 1e9;
 
 /// Most frames of a path shown on one line; the rest are counted.
 const MAX_FRAMES_PER_LINE: usize = 4;
@@ -23,15 +27,49 @@ pub(crate) fn pattern_name(pattern: Pattern) -> &'static str {
     }
 }
 
-/// What a finding is about: `the process tree` or `tgid N (command)` (with
-/// `#2` for a reused tgid and the image after an execve).
+/// Most characters of the command in a finding's scope.
+const MAX_SCOPE_COMMAND_CHARS: usize = 48;
+
+/// What a finding is about: `the process tree` or `tgid N (command)`, the
+/// process named by [`ProcessReport::name`] (`tgid N#2` for a reused tgid,
+/// `tgid N, image 1` after an execve) and its [`short_command`].
 pub(crate) fn scope_text(report: &Report, scope: Scope) -> String {
     match scope {
         Scope::Tree => "the process tree".to_owned(),
-        Scope::Process { process, .. } => {
-            format!("{} ({})", report.name(process), report.label(process))
-        }
+        Scope::Process { process, .. } => match report.process(process) {
+            Some(p) => format!(
+                "{} ({})",
+                p.name(),
+                short_command(&p.cmdline, MAX_SCOPE_COMMAND_CHARS)
+            ),
+            None => "an untraced process (?)".to_owned(),
+        },
     }
+}
+
+/// A command line where space is short (the process table, a finding's
+/// scope): whitespace collapsed, every word that is a path (holds a `/`
+/// and is not an option) cut to its file name, then cut to `max_chars`
+/// with `…`; `?` when empty. E.g. `/usr/bin/python3.11 /srv/app/worker.py
+/// --jobs 4` reads `python3.11 worker.py --jobs 4`.
+pub(crate) fn short_command(cmdline: &str, max_chars: usize) -> String {
+    let words: Vec<&str> = cmdline
+        .split_whitespace()
+        .map(|word| match word.rsplit_once('/') {
+            Some((_, name)) if !word.starts_with('-') && !name.is_empty() => name,
+            _ => word,
+        })
+        .collect();
+    if words.is_empty() {
+        return "?".to_owned();
+    }
+    let short = words.join(" ");
+    if short.chars().count() <= max_chars {
+        return short;
+    }
+    let mut cut: String = short.chars().take(max_chars.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 /// The caveat a weak finding carries; `None` for a strong one.
@@ -138,8 +176,59 @@ pub(crate) fn python_text(status: Option<&PythonStatus>, with_reason: bool) -> S
     }
 }
 
+/// `t_ns` (nanoseconds since the run start) in seconds with one decimal:
+/// `1.5 s`.
+pub(crate) fn seconds(t_ns: u64) -> String {
+    format!("{:.1} s", t_ns as f64 / NS_PER_S)
+}
+
+/// How a process image ended and when (since the run start): `alive`,
+/// `exec'd at 6.0 s`, `exit 0 at 4.0 s`, `SIGKILL at 7.0 s` (the time its
+/// exit began: its numbers end there), `exiting at 2.0 s` when its exit
+/// began but its end was not seen, `exited at 3.0 s` when it was gone
+/// without a known status.
+pub(crate) fn ended_text(p: &ProcessReport) -> String {
+    if let Some(exec_ns) = p.exec_ns {
+        return format!("exec'd at {}", seconds(exec_ns));
+    }
+    let Some(at_ns) = p.exit_began_ns.or(p.exited_ns) else {
+        return "alive".to_owned();
+    };
+    let how = match (p.exit_status, p.exited_ns) {
+        (Some(status), _) => status.to_string(),
+        (None, Some(_)) => "exited".to_owned(),
+        (None, None) => "exiting".to_owned(),
+    };
+    format!("{how} at {}", seconds(at_ns))
+}
+
+/// `count` with the singular or plural noun: `1 root`, `3 workers`.
+pub(crate) fn counted(count: u64, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
+}
+
+/// `part` as a percentage of `whole` with one decimal (`75.0%`); `-` when
+/// `whole` is 0.
+pub(crate) fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".to_owned();
+    }
+    format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+}
+
+/// The `weight` bytes of every path of the report, summed (the whole the
+/// shares of the merged path lists are of).
+pub(crate) fn all_weight_bytes(report: &Report, weight: Weight) -> u64 {
+    report
+        .paths
+        .iter()
+        .fold(0, |sum: u64, p| sum.saturating_add(p.weight_bytes(weight)))
+}
+
 /// Frames as the reports list them: the Python (and marker) frames
-/// innermost first, then the native frames under them, `native: `-prefixed.
+/// innermost first, then the native frames under them; every native frame
+/// `native: `-prefixed (also one between Python frames, or between a
+/// `[file ...]` mapping and the Python frames that touched it).
 pub(crate) fn frames_innermost_first(frames: &[Frame]) -> Vec<String> {
     let native_start = frames
         .iter()
@@ -149,15 +238,26 @@ pub(crate) fn frames_innermost_first(frames: &[Frame]) -> Vec<String> {
     python
         .iter()
         .rev()
-        .map(ToString::to_string)
-        .chain(native.iter().rev().map(|f| format!("native: {f}")))
+        .chain(native.iter().rev())
+        .map(frame_text)
         .collect()
+}
+
+/// One frame of a listed path: `native: symbol` for a native frame, its
+/// display form otherwise.
+pub(crate) fn frame_text(frame: &Frame) -> String {
+    match frame {
+        Frame::Native { .. } => format!("native: {frame}"),
+        _ => frame.to_string(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::aggregate::test_support::{native, py, server_report};
+    use crate::aggregate::{ExitStatus, ProcessId};
+    use crate::report::fixtures::{lifecycle_report, S};
 
     #[test]
     fn paths_read_innermost_first_without_native_frames_under_python() {
@@ -198,6 +298,41 @@ mod tests {
             ["f (m.py:2)", "<module> (m.py:1)", "native: malloc"]
         );
         assert!(frames_innermost_first(&[]).is_empty());
+        let file_backed = [
+            py("<module>", "m.py", 1),
+            py("read", "m.py", 5),
+            native("memcpy"),
+            Frame::Mapping {
+                mapping: crate::aggregate::MappingKind::File,
+                name: "/data/big.bin".to_owned(),
+            },
+        ];
+        assert_eq!(
+            frames_innermost_first(&file_backed),
+            [
+                "[file /data/big.bin]",
+                "native: memcpy",
+                "read (m.py:5)",
+                "<module> (m.py:1)"
+            ]
+        );
+    }
+
+    #[test]
+    fn short_commands_keep_file_names_and_fit() {
+        assert_eq!(
+            short_command(
+                "/root/.pyenv/versions/3.11.7/bin/python3.11  /srv/app/worker.py --jobs 4",
+                60
+            ),
+            "python3.11 worker.py --jobs 4"
+        );
+        assert_eq!(
+            short_command("gunicorn --config=/etc/app.py app:wsgi dir/", 60),
+            "gunicorn --config=/etc/app.py app:wsgi dir/"
+        );
+        assert_eq!(short_command("python3 -m app", 10), "python3 -…");
+        assert_eq!(short_command("  ", 10), "?");
     }
 
     #[test]
@@ -205,7 +340,10 @@ mod tests {
         let report = server_report();
         let finding = Finding {
             pattern: Pattern::OneProcessGrows,
-            scope: Scope::Process { tgid: 101 },
+            scope: Scope::Process {
+                process: ProcessId(1),
+                tgid: 101,
+            },
             strength: Strength::Weak,
             summary: "worker 101 grows".to_owned(),
             evidence: Vec::new(),
@@ -222,5 +360,51 @@ mod tests {
             ..finding
         };
         assert!(!finding_line(&report, &strong).contains("weak"));
+    }
+
+    #[test]
+    fn scopes_name_a_reused_tgid_and_an_image() {
+        let report = lifecycle_report();
+        let scope = |id| Scope::Process {
+            process: ProcessId(id),
+            tgid: report.tgid(ProcessId(id)),
+        };
+        assert_eq!(scope_text(&report, Scope::Tree), "the process tree");
+        assert_eq!(scope_text(&report, scope(1)), "tgid 201 (python3 -m app)");
+        assert_eq!(scope_text(&report, scope(3)), "tgid 201#2 (python3 -m app)");
+        assert_eq!(
+            scope_text(&report, scope(2)),
+            "tgid 202, image 0 (python3 etl.py)"
+        );
+        assert_eq!(
+            scope_text(&report, scope(4)),
+            "tgid 202, image 1 (sleep 60)"
+        );
+    }
+
+    #[test]
+    fn every_way_an_image_ends_reads_with_its_time() {
+        let report = lifecycle_report();
+        let ended = |id| ended_text(report.process(ProcessId(id)).unwrap());
+        assert_eq!(ended(0), "alive");
+        assert_eq!(ended(1), "exit 0 at 4.0 s");
+        assert_eq!(ended(2), "exec'd at 6.0 s");
+        assert_eq!(ended(3), "SIGKILL at 7.0 s");
+        assert_eq!(ended(4), "alive");
+        let mut p = report.process(ProcessId(0)).unwrap().clone();
+        p.exit_began_ns = Some(2 * S);
+        assert_eq!(ended_text(&p), "exiting at 2.0 s");
+        p.exited_ns = Some(3 * S);
+        assert_eq!(ended_text(&p), "exited at 2.0 s");
+        p.exit_began_ns = None;
+        p.exit_status = Some(ExitStatus::Code { code: 3 });
+        assert_eq!(ended_text(&p), "exit 3 at 3.0 s");
+    }
+
+    #[test]
+    fn percentages_have_one_decimal_and_no_whole_is_a_dash() {
+        assert_eq!(percent(3, 4), "75.0%");
+        assert_eq!(percent(1, 3), "33.3%");
+        assert_eq!(percent(0, 0), "-");
     }
 }

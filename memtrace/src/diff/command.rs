@@ -1,0 +1,321 @@
+//! The `memtrace diff` command: its arguments checked for shape
+//! ([`Plan`]), the captures read and replayed (whole, or as windows), the
+//! comparison drawn as a table or a differential flame graph to a file or
+//! standard output.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::flamegraph::render_flamegraph;
+use super::matching::{diff, diff_windows, Diff, Measure};
+use super::table::render_table;
+use super::{DiffError, Sides};
+use crate::aggregate::Report;
+use crate::capture;
+use crate::cli::{DiffArgs, Format};
+
+/// Nanoseconds per second, for times shown in seconds.
+const NS_PER_S: f64 = 1e9;
+
+/// What `memtrace diff` was asked to compare, checked for shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// `memtrace diff BEFORE AFTER`: the whole of two captures.
+    Captures {
+        /// The earlier capture.
+        before: PathBuf,
+        /// The later capture.
+        after: PathBuf,
+    },
+    /// `memtrace diff FILE --from T1 --to T2`: the window [start, T1) of
+    /// FILE against the window [T1, T2), times from the start of the capture.
+    Windows {
+        /// The capture.
+        capture: PathBuf,
+        /// T1.
+        from: Duration,
+        /// T2.
+        to: Duration,
+    },
+}
+
+impl Plan {
+    /// Checks the shape of `args`: the format, and either two captures or
+    /// one with `0 < --from < --to`.
+    ///
+    /// # Errors
+    /// [`DiffError::UnsupportedFormat`], [`DiffError::NothingToCompare`],
+    /// [`DiffError::CapturesAndWindows`] or [`DiffError::WindowOrder`].
+    pub fn from_args(args: &DiffArgs) -> Result<Self, DiffError> {
+        if !matches!(args.format, Format::Table | Format::Flamegraph) {
+            return Err(DiffError::UnsupportedFormat {
+                format: crate::report::format_name(args.format).to_owned(),
+            });
+        }
+        match (&args.after, args.from.zip(args.to)) {
+            (Some(after), None) => Ok(Self::Captures {
+                before: args.before.clone(),
+                after: after.clone(),
+            }),
+            (Some(after), Some(_)) => Err(DiffError::CapturesAndWindows {
+                after: after.clone(),
+            }),
+            (None, Some((from, to))) if !from.is_zero() && from < to => Ok(Self::Windows {
+                capture: args.before.clone(),
+                from,
+                to,
+            }),
+            (None, Some((from, to))) => Err(DiffError::WindowOrder {
+                from: humantime::format_duration(from).to_string(),
+                to: humantime::format_duration(to).to_string(),
+            }),
+            (None, None) => Err(DiffError::NothingToCompare {
+                before: args.before.clone(),
+            }),
+        }
+    }
+}
+
+/// Checks that a window ending at `to` fits in a capture of `capture` that
+/// covers `covered_ns` nanoseconds from its start.
+///
+/// # Errors
+/// [`DiffError::WindowBeyondEnd`] when `to` is later than the covered time.
+fn check_window_end(capture: &Path, to: Duration, covered_ns: u64) -> Result<(), DiffError> {
+    let covered = Duration::from_nanos(covered_ns);
+    if to <= covered {
+        return Ok(());
+    }
+    Err(DiffError::WindowBeyondEnd {
+        capture: capture.to_owned(),
+        to: humantime::format_duration(to).to_string(),
+        covered: format!("{:.1} s", covered_ns as f64 / NS_PER_S),
+    })
+}
+
+/// A window `[from, to)` of `capture`, for titles.
+fn window_name(capture: &Path, from: Duration, to: Duration) -> String {
+    format!(
+        "[{}, {}) of `{}`",
+        humantime::format_duration(from),
+        humantime::format_duration(to),
+        capture.display()
+    )
+}
+
+/// A whole capture, for titles: its path and what it traced.
+fn capture_name(capture: &Path, report: &Report) -> String {
+    format!(
+        "`{}` (`{}`, {:.1} s)",
+        capture.display(),
+        report.meta.command,
+        report.meta.duration_ns as f64 / NS_PER_S
+    )
+}
+
+/// Writes through `render` to `output`, or to standard output when `None`.
+fn write_output(
+    output: Option<&Path>,
+    render: impl FnOnce(&mut dyn Write) -> Result<(), DiffError>,
+) -> Result<(), DiffError> {
+    let (path, result) = match output {
+        Some(path) => (
+            path.to_owned(),
+            File::create(path)
+                .map_err(DiffError::from_io(path))
+                .and_then(|file| {
+                    let mut writer = BufWriter::new(file);
+                    render(&mut writer)?;
+                    writer.flush().map_err(DiffError::from_io(path))
+                }),
+        ),
+        None => {
+            let stdout = io::stdout();
+            let mut writer = stdout.lock();
+            let result = render(&mut writer)
+                .and_then(|()| writer.flush().map_err(DiffError::from_io(Path::new("-"))));
+            (PathBuf::from("-"), result)
+        }
+    };
+    // Name the real output in write errors from the renderers.
+    result.map_err(|err| match err {
+        DiffError::Write { source, .. } => DiffError::Write { path, source },
+        other => other,
+    })
+}
+
+/// `memtrace diff BEFORE AFTER` compares two whole captures: per call stack
+/// (summed over processes) the memory held at the end and the growth, and
+/// per process (matched by command line, role and order of start) the RSS
+/// at the end. `memtrace diff FILE --from T1 --to T2` compares two windows
+/// of one capture, times from its start: what each path held at T1 against
+/// at T2, what grew in [start, T1) against in [T1, T2), and each process's
+/// last RSS reading before T1 against before T2. The captures' warnings go
+/// to standard error. Output: the table, or with `--format flamegraph` a
+/// differential flame graph of memory held at the end, to `-o OUT` or
+/// standard output.
+///
+/// # Errors
+/// A bad combination of arguments ([`Plan::from_args`]), a capture that
+/// cannot be read, a window past the end of the capture, or output that
+/// cannot be written.
+pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
+    let plan = Plan::from_args(args)?;
+    let (diff, sides) = load(&plan)?;
+    write_output(args.output.as_deref(), |out| match args.format {
+        Format::Flamegraph => render_flamegraph(&diff, &sides, Measure::default(), out),
+        _ => render_table(&diff, &sides, out).map_err(DiffError::from_io(Path::new("-"))),
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads the capture at `path`, its warnings to standard error.
+fn read(path: &Path) -> Result<capture::Capture, capture::CaptureError> {
+    let file = capture::read(path)?;
+    for warning in &file.warnings {
+        eprintln!("memtrace: warning: `{}`: {warning}", path.display());
+    }
+    Ok(file)
+}
+
+/// Reads and replays the captures of `plan` and compares them; the
+/// comparison and the names of its sides.
+fn load(plan: &Plan) -> anyhow::Result<(Diff, Sides)> {
+    match plan {
+        Plan::Captures { before, after } => {
+            let before_report = capture::replay(&read(before)?);
+            let after_report = capture::replay(&read(after)?);
+            let sides = Sides {
+                before: capture_name(before, &before_report),
+                after: capture_name(after, &after_report),
+            };
+            Ok((diff(&before_report, &after_report), sides))
+        }
+        Plan::Windows {
+            capture: path,
+            from,
+            to,
+        } => {
+            let file = read(path)?;
+            check_window_end(path, *to, file.covered_ns())?;
+            let (from_ns, to_ns) = (duration_ns(*from), duration_ns(*to));
+            let sides = Sides {
+                before: window_name(path, Duration::ZERO, *from),
+                after: window_name(path, *from, *to),
+            };
+            let diff = diff_windows(
+                &capture::replay_window(&file, None, Some(from_ns)),
+                &capture::replay_window(&file, Some(from_ns), Some(to_ns)),
+                &capture::replay_window(&file, None, Some(to_ns)),
+                from_ns,
+            );
+            Ok((diff, sides))
+        }
+    }
+}
+
+/// `d` in nanoseconds, saturated.
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(after: Option<&str>, window: Option<(u64, u64)>, format: Format) -> DiffArgs {
+        DiffArgs {
+            before: PathBuf::from("a.capture"),
+            after: after.map(PathBuf::from),
+            from: window.map(|(from, _)| Duration::from_secs(from)),
+            to: window.map(|(_, to)| Duration::from_secs(to)),
+            format,
+            output: None,
+        }
+    }
+
+    #[test]
+    fn plans_are_two_captures_or_two_windows_of_one() {
+        let plan = Plan::from_args(&args(Some("b.capture"), None, Format::Table)).unwrap();
+        assert_eq!(
+            plan,
+            Plan::Captures {
+                before: PathBuf::from("a.capture"),
+                after: PathBuf::from("b.capture")
+            }
+        );
+        let plan = Plan::from_args(&args(None, Some((30, 60)), Format::Flamegraph)).unwrap();
+        assert_eq!(
+            plan,
+            Plan::Windows {
+                capture: PathBuf::from("a.capture"),
+                from: Duration::from_secs(30),
+                to: Duration::from_secs(60)
+            }
+        );
+    }
+
+    #[test]
+    fn bad_plans_are_clear_errors() {
+        let message = |a: DiffArgs| Plan::from_args(&a).unwrap_err().to_string();
+        assert_eq!(
+            message(args(Some("b"), None, Format::Folded)),
+            "`memtrace diff` draws `table` or `flamegraph`, not `folded`"
+        );
+        assert_eq!(
+            message(args(None, None, Format::Table)),
+            "nothing to compare `a.capture` with: give a second capture, or --from and --to"
+        );
+        assert_eq!(
+            message(args(Some("b"), Some((1, 2)), Format::Table)),
+            "give either a second capture (`b`) or --from/--to, not both"
+        );
+        assert_eq!(
+            message(args(None, Some((60, 30)), Format::Table)),
+            "--from (1m) must be after the start of the capture and before --to (30s)"
+        );
+        assert!(Plan::from_args(&args(None, Some((0, 30)), Format::Table)).is_err());
+        assert!(Plan::from_args(&args(None, Some((30, 30)), Format::Table)).is_err());
+    }
+
+    #[test]
+    fn windows_must_end_within_the_capture() {
+        let path = Path::new("a.capture");
+        let ten_s = 10_000_000_000;
+        check_window_end(path, Duration::from_secs(10), ten_s).unwrap();
+        let err = check_window_end(path, Duration::from_secs(11), ten_s).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--to (11s) is beyond the end of `a.capture`, which covers 10.0 s"
+        );
+        assert_eq!(
+            window_name(path, Duration::ZERO, Duration::from_secs(90)),
+            "[0s, 1m 30s) of `a.capture`"
+        );
+    }
+
+    #[test]
+    fn output_goes_to_the_file_and_errors_name_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("diff.txt");
+        write_output(Some(&file), |out| {
+            out.write_all(b"hello")
+                .map_err(DiffError::from_io(Path::new("-")))
+        })
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello");
+        let missing = dir.path().join("nope/diff.txt");
+        let err = write_output(Some(&missing), |_| Ok(())).unwrap_err();
+        assert!(err.to_string().contains("nope/diff.txt"), "{err}");
+        let err = write_output(Some(&file), |_| {
+            Err(DiffError::from_io(Path::new("-"))(
+                io::ErrorKind::BrokenPipe.into(),
+            ))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("diff.txt"), "{err}");
+    }
+}
