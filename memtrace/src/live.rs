@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io::{self, IsTerminal, Write};
 use std::time::Duration;
 
-use crate::aggregate::{LiveProcess, LiveSnapshot};
+use crate::aggregate::{LiveProcess, LiveSnapshot, ProcessId};
 use crate::units::{format_bytes, format_signed_bytes};
 
 /// Time between two redraws of the view on a terminal.
@@ -52,7 +52,7 @@ enum Mode {
 #[derive(Debug)]
 struct Previous {
     elapsed: Duration,
-    rss_bytes: HashMap<u32, u64>,
+    rss_bytes: HashMap<ProcessId, u64>,
 }
 
 /// The live view of one run. Call [`LiveView::due`] often and
@@ -142,7 +142,7 @@ impl LiveView {
             rss_bytes: snapshot
                 .processes
                 .iter()
-                .map(|p| (p.tgid, p.rss_bytes))
+                .map(|p| (p.id, p.rss_bytes))
                 .collect(),
         });
     }
@@ -159,7 +159,7 @@ impl LiveView {
 
     /// Growth rate of each process of `snapshot` since the previous refresh,
     /// in bytes per second; absent for a process not seen then.
-    fn rates(&self, elapsed: Duration, snapshot: &LiveSnapshot) -> HashMap<u32, i64> {
+    fn rates(&self, elapsed: Duration, snapshot: &LiveSnapshot) -> HashMap<ProcessId, i64> {
         let Some(previous) = &self.previous else {
             return HashMap::new();
         };
@@ -171,9 +171,9 @@ impl LiveView {
             .processes
             .iter()
             .filter_map(|p| {
-                let before = *previous.rss_bytes.get(&p.tgid)?;
+                let before = *previous.rss_bytes.get(&p.id)?;
                 let delta = p.rss_bytes as f64 - before as f64;
-                Some((p.tgid, (delta / seconds).round() as i64))
+                Some((p.id, (delta / seconds).round() as i64))
             })
             .collect()
     }
@@ -206,7 +206,7 @@ struct Status<'a> {
     records: u64,
     dropped_records: u64,
     snapshot: &'a LiveSnapshot,
-    rates: &'a HashMap<u32, i64>,
+    rates: &'a HashMap<ProcessId, i64>,
 }
 
 impl Status<'_> {
@@ -219,7 +219,7 @@ impl Status<'_> {
             .fold(0_u64, |sum, p| sum.saturating_add(p.rss_bytes));
         let rate = processes
             .iter()
-            .map(|p| self.rates.get(&p.tgid).copied())
+            .map(|p| self.rates.get(&p.id).copied())
             .sum::<Option<i64>>()
             .filter(|_| !processes.is_empty());
         (rss_bytes, rate)
@@ -266,7 +266,7 @@ impl Status<'_> {
         for p in processes.iter().take(MAX_PROCESSES_SHOWN) {
             let rate = self
                 .rates
-                .get(&p.tgid)
+                .get(&p.id)
                 .map_or_else(|| "-".to_owned(), |&r| format_rate(r));
             lines.push(format!(
                 "{:>8}  {:>10}  {rate:>13}  {}",
@@ -334,6 +334,7 @@ mod tests {
 
     fn process(tgid: u32, rss_bytes: u64) -> LiveProcess {
         LiveProcess {
+            id: ProcessId(tgid),
             tgid,
             label: format!("python3 worker.py {tgid}"),
             rss_bytes,

@@ -237,7 +237,8 @@ impl Aggregator {
     /// Image `id` is gone (its exit record at `ts_ns`, with its exit status
     /// and final counters). When its exit had not begun before, it begins
     /// now, with these counters (a fatal signal; the kernel's teardown
-    /// comes after them).
+    /// comes after them), or with its latest counters when the exit record
+    /// was lost (`None`).
     pub fn process_exited(
         &mut self,
         id: ProcessId,
@@ -245,8 +246,9 @@ impl Aggregator {
         status: Option<ExitStatus>,
         counters: Option<&ProcessCounters>,
     ) {
-        if let Some(counters) = counters {
-            self.exit_began(id, ts_ns, ExitBegin::Exit, counters);
+        let last = self.state(id).and_then(ProcessState::latest_counters);
+        if let Some(counters) = counters.copied().or(last) {
+            self.exit_began(id, ts_ns, ExitBegin::Exit, &counters);
         }
         if let Some(state) = self.state_mut(id) {
             if state.exited_ns.is_none() {
@@ -351,8 +353,10 @@ impl Aggregator {
         let processes = self
             .processes
             .iter()
-            .filter(|state| state.is_open())
-            .map(|state| LiveProcess {
+            .enumerate()
+            .filter(|(_, state)| state.is_open())
+            .map(|(index, state)| LiveProcess {
+                id: ProcessId(u32::try_from(index).unwrap_or(u32::MAX)),
                 tgid: state.tgid,
                 label: snapshot::process_label(&state.cmdline),
                 rss_bytes: state.rss_now_bytes(),
@@ -468,24 +472,30 @@ impl Aggregator {
 
     /// The warnings about one image.
     fn process_warnings(&self, p: &ProcessReport) -> Vec<Warning> {
-        let (process, tgid) = (p.id, p.tgid);
+        let (process, tgid, name) = (p.id, p.tgid, p.name());
         let mut warnings = Vec::new();
         if let Some(reason) = p.python.as_ref().and_then(PythonStatus::missing_reason) {
             warnings.push(Warning::NoPythonStacks {
                 process,
                 tgid,
+                name: name.clone(),
                 cmdline: p.cmdline.clone(),
                 reason,
             });
         }
         if p.rss.is_none() {
-            warnings.push(Warning::NoRssReadings { process, tgid });
+            warnings.push(Warning::NoRssReadings {
+                process,
+                tgid,
+                name: name.clone(),
+            });
         }
         let held = self.held.get(&process).copied().unwrap_or_default();
         if held.coarsening_level > 0 {
             warnings.push(Warning::HeldMapCoarsened {
                 process,
                 tgid,
+                name: name.clone(),
                 level: held.coarsening_level,
             });
         }
@@ -493,6 +503,7 @@ impl Aggregator {
             warnings.push(Warning::UnplacedGrowth {
                 process,
                 tgid,
+                name,
                 bytes: held.unplaced_bytes,
             });
         }

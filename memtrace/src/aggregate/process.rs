@@ -141,6 +141,11 @@ impl ProcessState {
         self.exec_ns.is_none() && self.exit_began_ns.is_none()
     }
 
+    /// The latest counters read, if any.
+    pub(super) fn latest_counters(&self) -> Option<ProcessCounters> {
+        self.counters
+    }
+
     /// Latest RSS, 0 before the first reading.
     pub(super) fn rss_now_bytes(&self) -> u64 {
         self.last_rss.map_or(0, |p| p.rss_bytes)

@@ -9,6 +9,9 @@ use super::Frame;
 /// One live process, as the aggregator knows it now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LiveProcess {
+    /// Its current image's row (growth rates compare readings of one image,
+    /// never of another process that reused the tgid).
+    pub id: super::ProcessId,
     /// Its tgid.
     pub tgid: u32,
     /// Short name (`ProcessReport::label` form).

@@ -495,6 +495,8 @@ pub enum Warning {
         process: ProcessId,
         /// Its tgid.
         tgid: u32,
+        /// How the report names it ([`ProcessReport::name`]).
+        name: String,
         /// Its command line.
         cmdline: String,
         /// Why (not Python, unsupported version, ...).
@@ -513,6 +515,8 @@ pub enum Warning {
         process: ProcessId,
         /// Its tgid.
         tgid: u32,
+        /// How the report names it ([`ProcessReport::name`]).
+        name: String,
     },
     /// The address map of held pages hit its memory bound and kept only a
     /// share of the sampled pages of a process (each kept one weighing
@@ -522,6 +526,8 @@ pub enum Warning {
         process: ProcessId,
         /// Its tgid.
         tgid: u32,
+        /// How the report names it ([`ProcessReport::name`]).
+        name: String,
         /// 1 in `2^level` sampled pages kept.
         level: u32,
     },
@@ -533,6 +539,8 @@ pub enum Warning {
         process: ProcessId,
         /// Its tgid.
         tgid: u32,
+        /// How the report names it ([`ProcessReport::name`]).
+        name: String,
         /// Sampled bytes without an address.
         bytes: u64,
     },
@@ -551,26 +559,26 @@ impl fmt::Display for Warning {
                 write!(f, "{records} records could not be decoded and were skipped")
             }
             Self::NoPythonStacks {
-                tgid,
+                name,
                 cmdline,
                 reason,
                 ..
-            } => write!(f, "tgid {tgid} (`{cmdline}`): no Python stacks: {reason}"),
+            } => write!(f, "{name} (`{cmdline}`): no Python stacks: {reason}"),
             Self::IncompleteStacks { reason, samples } => {
                 write!(f, "{samples} samples have incomplete stacks: {reason}")
             }
-            Self::NoRssReadings { tgid, .. } => {
-                write!(f, "tgid {tgid}: no RSS was read (it may have exited first)")
+            Self::NoRssReadings { name, .. } => {
+                write!(f, "{name}: no RSS was read (it may have exited first)")
             }
-            Self::HeldMapCoarsened { tgid, level, .. } => write!(
+            Self::HeldMapCoarsened { name, level, .. } => write!(
                 f,
-                "tgid {tgid}: the map of held pages reached its memory bound and keeps 1 in {} \
+                "{name}: the map of held pages reached its memory bound and keeps 1 in {} \
                  sampled pages: held bytes are estimates with more variance",
                 1_u64 << (*level).min(63)
             ),
-            Self::UnplacedGrowth { tgid, bytes, .. } => write!(
+            Self::UnplacedGrowth { name, bytes, .. } => write!(
                 f,
-                "tgid {tgid}: {} of sampled growth had no address (made resident without a \
+                "{name}: {} of sampled growth had no address (made resident without a \
                  page fault) and counts as held until the process ends",
                 crate::units::format_bytes(*bytes)
             ),

@@ -139,6 +139,26 @@ fn a_signal_ends_the_numbers_at_the_exit_record() {
 }
 
 #[test]
+fn a_lost_exit_record_ends_the_image_at_its_latest_reading() {
+    let mut agg = Aggregator::new(0);
+    let id = agg.process_started(start_with(7, None, 0, rss(10 * MIB, 0)));
+    agg.counters(id, 500, &rss(40 * MIB, 0), None);
+    agg.process_exited(id, 900, None, None);
+    assert!(
+        agg.live_snapshot(0).processes.is_empty(),
+        "it left the live set"
+    );
+    let report = agg.finish(2_000, meta());
+    let p = report.process(id).unwrap();
+    assert_eq!(p.rss.unwrap().end_bytes, 40 * MIB);
+    assert_eq!(
+        (p.exit_began_ns, p.exited_ns, p.exit_status),
+        (Some(900), Some(900), None)
+    );
+    assert_eq!(report.totals.live_rss_end_bytes, 0);
+}
+
+#[test]
 fn a_reused_tgid_is_a_new_process_with_its_own_row() {
     let mut agg = Aggregator::new(0);
     let master = agg.process_started(start_with(1, None, 0, rss(10 * MIB, 0)));
@@ -420,7 +440,8 @@ fn shrinking_process_has_negative_growth_and_sorts_last() {
         report.warnings,
         vec![Warning::NoRssReadings {
             process: ids[3],
-            tgid: 4
+            tgid: 4,
+            name: "tgid 4".to_owned(),
         }]
     );
 }
@@ -460,17 +481,20 @@ fn warnings_name_drops_missing_python_coarsening_and_incomplete_stacks() {
             Warning::NoPythonStacks {
                 process: id,
                 tgid: 1,
+                name: "tgid 1".to_owned(),
                 cmdline: "proc 1".to_owned(),
                 reason: "not a Python process".to_owned(),
             },
             Warning::HeldMapCoarsened {
                 process: id,
                 tgid: 1,
+                name: "tgid 1".to_owned(),
                 level: 2
             },
             Warning::UnplacedGrowth {
                 process: id,
                 tgid: 1,
+                name: "tgid 1".to_owned(),
                 bytes: 3 * MIB
             },
             Warning::IncompleteStacks {
