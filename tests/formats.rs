@@ -32,8 +32,8 @@ use memtrace::aggregate::{
     Aggregator, ExitBegin, ExitStatus, Frame, ProcessId, ProcessStart, Role, RunMeta, SampledBytes,
     StackId,
 };
-use memtrace::cli::Format;
 use memtrace::diagnose::{self, Diagnosed};
+use memtrace::report::Format;
 use memtrace::report::{self, RenderOptions};
 use memtrace_common::{MemoryEvent, ProcessCounters, MM_ANONPAGES, MM_FILEPAGES};
 use serde_json::Value;
@@ -112,6 +112,7 @@ fn prefork_run() -> Diagnosed {
         cmdline: "gunicorn app:wsgi".to_owned(),
         ts_ns: START_NS + at_ns,
         counters: counters(20 * MIB),
+        sharing: None,
     };
     let master = agg.process_started(start(100, 100, None, Role::Root, 0));
     let leak = agg.intern(vec![

@@ -6,6 +6,10 @@
 //! They need root (CAP_BPF + CAP_PERFMON), a kernel with BTF and pyenv's
 //! CPython 3.11; without them each test prints why it skips.
 
+#[expect(
+    dead_code,
+    reason = "patterns.rs reads only the diagnosis and stacks of `common::Trace`"
+)]
 mod common;
 
 use serde_json::Value;

@@ -32,24 +32,38 @@ pub enum Command {
     Diff(DiffArgs),
 }
 
-/// Output formats of a report.
+/// `--format` values: the formats of `crate::report::Format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub enum FormatArg {
     /// The terminal summary.
     Table,
     /// Folded stacks (Brendan Gregg), weight in bytes.
     Folded,
     /// Everything, as JSON.
     Json,
-    /// An SVG flame graph of growth paths (inferno).
+    /// An SVG flame graph of the paths (inferno).
     Flamegraph,
     /// JSON that speedscope.app opens.
     Speedscope,
     /// Gzipped profile.proto (go tool pprof, Grafana Pyroscope).
     Pprof,
-    /// One self-contained HTML page: process tree, RSS charts, paths,
-    /// flame graph, diagnosis.
+    /// One self-contained HTML page: diagnosis, process tree, RSS charts,
+    /// paths, flame graph.
     Html,
+}
+
+impl From<FormatArg> for crate::report::Format {
+    fn from(arg: FormatArg) -> Self {
+        match arg {
+            FormatArg::Table => Self::Table,
+            FormatArg::Folded => Self::Folded,
+            FormatArg::Json => Self::Json,
+            FormatArg::Flamegraph => Self::Flamegraph,
+            FormatArg::Speedscope => Self::Speedscope,
+            FormatArg::Pprof => Self::Pprof,
+            FormatArg::Html => Self::Html,
+        }
+    }
 }
 
 /// Arguments of `memtrace report`.
@@ -59,8 +73,8 @@ pub struct ReportArgs {
     #[arg(value_name = "FILE")]
     pub capture: PathBuf,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+    pub format: FormatArg,
     /// Write to this file (or, with --per-process, this folder) instead of
     /// standard output.
     #[arg(short, long, value_name = "OUT")]
@@ -120,8 +134,8 @@ pub struct DiffArgs {
     #[arg(long, value_parser = humantime::parse_duration, requires = "from")]
     pub to: Option<Duration>,
     /// `table` or `flamegraph` (a differential flame graph).
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+    pub format: FormatArg,
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
@@ -186,7 +200,7 @@ pub struct CommonArgs {
     /// Extra report files to write to --output-dir at the end (repeat for
     /// several); the table, folded stacks and JSON are always written.
     #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Vec<Format>,
+    pub format: Vec<FormatArg>,
     /// How reports are drawn.
     #[command(flatten)]
     pub render: RenderArgs,

@@ -35,9 +35,8 @@ use memtrace_common::ProcessCounters;
 pub use buckets::{PathPoint, INITIAL_PATH_BUCKET_NS, MAX_PATH_BUCKETS};
 pub(crate) use counters_serde::CountersDef;
 pub use model::{
-    ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart, PythonStatus, Role,
+    ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart, PythonStatus, Role, Sharing,
 };
-pub use process::Sharing;
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{
     ExactCounters, PathReport, ProcessReport, Report, RssSummary, RunMeta, SampledBytes,
@@ -170,7 +169,7 @@ impl Aggregator {
         self.processes.push(ProcessState::new(&p, parent_tgid));
         self.live.processes += 1;
         self.live.peak_processes = self.live.peak_processes.max(self.live.processes);
-        self.counters(id, p.ts_ns, &p.counters, None);
+        self.counters(id, p.ts_ns, &p.counters, p.sharing);
         id
     }
 

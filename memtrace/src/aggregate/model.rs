@@ -10,27 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::python::PyLocation;
 
-/// One traced image of one process: the aggregator's row id, handed out in
-/// order of appearance from 0 ([`crate::aggregate::Aggregator::process_started`],
-/// and a new one per execve). The process itself is `(tgid, start time)`
-/// ([`crate::aggregate::ProcessReport::tgid`] and `start_time_ns`); a tgid
-/// reused by the kernel is a new process with a new id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ProcessId(pub u32);
-
-impl ProcessId {
-    /// The id as a vector index.
-    pub(crate) fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for ProcessId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "p{}", self.0)
-    }
-}
+pub use crate::process::{ProcessId, PythonStatus, Role, Sharing};
 
 /// One frame of a call stack after symbolization. JSON form:
 /// `{"kind": "python", "function": .., "file": .., "line": ..}`,
@@ -110,54 +90,6 @@ impl From<PyLocation> for Frame {
     }
 }
 
-/// Why a process is traced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// A process memtrace was asked to trace.
-    Root,
-    /// A forked descendant of a traced process.
-    Worker,
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Root => "root",
-            Self::Worker => "worker",
-        })
-    }
-}
-
-/// Whether Python stacks can be read in a process.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum PythonStatus {
-    /// A supported CPython; stacks are read.
-    Python {
-        /// Interpreter version, e.g. "3.12.1".
-        version: String,
-    },
-    /// No Python interpreter in the process.
-    NotPython,
-    /// Python, but its stacks cannot be read.
-    Unsupported {
-        /// Why, e.g. "Python 3.10 is not supported".
-        reason: String,
-    },
-}
-
-impl PythonStatus {
-    /// Why there are no Python stacks; `None` for a supported interpreter.
-    pub fn missing_reason(&self) -> Option<String> {
-        match self {
-            Self::Python { .. } => None,
-            Self::NotPython => Some("not a Python process".to_owned()),
-            Self::Unsupported { reason } => Some(reason.clone()),
-        }
-    }
-}
-
 /// A process entered the trace: a target at attach, a fork's child, or
 /// `memtrace run`'s command (also a line of a capture file).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -181,6 +113,10 @@ pub struct ProcessStart {
     /// from /proc at attach, unknown for `run`'s command before its execve).
     #[serde(with = "crate::aggregate::CountersDef")]
     pub counters: ProcessCounters,
+    /// Its PSS and USS when it entered the trace (read as soon as the fork
+    /// or attach was seen, before it can un-share much), if read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing: Option<super::Sharing>,
 }
 
 /// How a process ended, as `wait(2)` would tell its parent.

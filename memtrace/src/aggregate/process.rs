@@ -7,20 +7,8 @@ use memtrace_common::ProcessCounters;
 use super::timeline::Timeline;
 use super::{
     ExactCounters, ExitBegin, ExitStatus, ProcessId, ProcessReport, ProcessStart, PythonStatus,
-    Role, RssPoint, RssSummary, SampledBytes, SharingSummary,
+    Role, RssPoint, RssSummary, SampledBytes, Sharing, SharingSummary,
 };
-
-/// One reading of `/proc/PID/smaps_rollup`: how much of the process's memory
-/// is its own.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Sharing {
-    /// Proportional set size (`Pss`): each page divided by the number of
-    /// processes mapping it, in bytes.
-    pub pss_bytes: u64,
-    /// Unique set size (`Private_Clean + Private_Dirty`): pages mapped by
-    /// this process only, in bytes.
-    pub uss_bytes: u64,
-}
 
 /// Running min-first/last/max of PSS and USS readings.
 #[derive(Clone, Copy, Debug)]
@@ -129,6 +117,7 @@ impl ProcessState {
                     cmdline: String::new(),
                     ts_ns,
                     counters: ProcessCounters::default(),
+                    sharing: None,
                 },
                 self.parent_tgid,
             )

@@ -8,7 +8,6 @@ use super::{
     Aggregator, Frame, ProcessId, ProcessStart, PythonStatus, Report, Role, RunMeta, SampledBytes,
     StackId,
 };
-use crate::diagnose::{self, Diagnosed};
 
 /// One mebibyte, in bytes.
 pub(crate) const MIB: u64 = 1024 * 1024;
@@ -40,6 +39,7 @@ pub(crate) fn start(tgid: u32, parent: Option<ProcessId>, role: Role, ts_ns: u64
         cmdline: format!("proc {tgid}"),
         ts_ns,
         counters: ProcessCounters::default(),
+        sharing: None,
     }
 }
 
@@ -169,11 +169,6 @@ pub(crate) fn prefork_report() -> Report {
     )
 }
 
-/// [`prefork_report`], diagnosed.
-pub(crate) fn prefork_diagnosed() -> Diagnosed {
-    diagnose::diagnose(prefork_report())
-}
-
 /// A master (tgid 100, id 0) that stays flat and a worker (tgid 101, id 1)
 /// that grows 48 MiB, 3/4 of it in [`leak_stack`], the rest in
 /// [`parse_stack`] (in a file whose name holds a `;`), with one
@@ -215,9 +210,4 @@ pub(crate) fn server_report() -> Report {
             sample_interval_bytes: 512 * 1024,
         },
     )
-}
-
-/// [`server_report`], diagnosed.
-pub(crate) fn server_diagnosed() -> Diagnosed {
-    diagnose::diagnose(server_report())
 }

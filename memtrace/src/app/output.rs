@@ -16,10 +16,10 @@ use super::session::{monotonic_ns, Session};
 use crate::{
     aggregate::{ExitStatus, RunMeta, Weight},
     capture,
-    cli::{CommonArgs, Format, RenderArgs, ReportArgs, WeightArg},
+    cli::{CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
     diagnose::{self, Diagnosed},
     events::RecordReader,
-    report::{self, RenderOptions},
+    report::{self, Format, RenderOptions},
 };
 
 impl Session {
@@ -107,7 +107,7 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
             .with_context(|| format!("cannot create the folder `{}`", dir.display()))?;
         for path in report::render_per_process(
             &diagnosed,
-            args.format,
+            args.format.into(),
             &options,
             &dir,
             report::PER_PROCESS_STEM,
@@ -127,13 +127,13 @@ fn render_to(diagnosed: &Diagnosed, args: &ReportArgs, options: &RenderOptions) 
             let file = File::create(path)
                 .with_context(|| format!("cannot create `{}`", path.display()))?;
             let mut out = BufWriter::new(file);
-            report::render(diagnosed, args.format, options, &mut out)?;
+            report::render(diagnosed, args.format.into(), options, &mut out)?;
             out.flush()
                 .with_context(|| format!("cannot write `{}`", path.display()))
         }
         None => {
             let mut out = io::stdout().lock();
-            report::render(diagnosed, args.format, options, &mut out)?;
+            report::render(diagnosed, args.format.into(), options, &mut out)?;
             out.flush().context("cannot write to standard output")
         }
     }
@@ -165,7 +165,7 @@ fn write_format_files(
     folded: &Path,
 ) -> Vec<PathBuf> {
     let mut written = Vec::new();
-    for &format in &common.format {
+    for format in common.format.iter().map(|&arg| Format::from(arg)) {
         match write_format_file(
             diagnosed,
             format,
@@ -217,7 +217,7 @@ fn write_format_file(
 /// Warns, before tracing, about `--per-process` without a flame graph to
 /// draw per process.
 pub(super) fn check_per_process(common: &CommonArgs) {
-    if common.render.per_process && !common.format.contains(&Format::Flamegraph) {
+    if common.render.per_process && !common.format.contains(&FormatArg::Flamegraph) {
         eprintln!(
             "memtrace: warning: --per-process only applies to flame graphs and none is \
              asked for (add --format flamegraph)"

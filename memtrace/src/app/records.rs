@@ -53,6 +53,7 @@ impl Session {
             cmdline: proc::command_line(child),
             ts_ns: fork.header.ts_ns,
             counters,
+            sharing: proc::sharing(child).ok(),
         });
         self.tree.add(child, id, Role::Worker);
         self.inherit_python(child, parent_tgid);
@@ -110,6 +111,7 @@ impl Session {
                 rss_known: RSS_ALL_KNOWN,
                 ..ProcessCounters::default()
             },
+            sharing: None,
         });
         self.tree.add(tgid, id, Role::Root);
         self.probe_python(tgid);

@@ -153,6 +153,7 @@ impl Session {
             cmdline: command_line(tgid),
             ts_ns: monotonic_ns(),
             counters,
+            sharing: proc::sharing(tgid).ok(),
         });
         self.tree.add(tgid, id, role);
         self.probe_python(tgid);

@@ -1,9 +1,11 @@
 //! Growth in file-backed pages, in the diagnosis step: a process whose RSS
 //! grew mostly because pages of a mapped file became resident (page cache,
 //! `RssFile`), which the kernel reclaims under memory pressure and which is
-//! not the program's heap. Read from the exact counters (file-backed growth
-//! and release against anonymous and shmem growth and release) and named by
-//! the paths that end in a file-backed mapping frame.
+//! not the program's heap. Read from the RSS readings (the rise to the
+//! high-water mark by kind of page: a file mapped, read and unmapped again
+//! is a rise of file pages, not a spike of the heap) and the exact counters
+//! (what was still resident at the end), and named by the paths that end in
+//! a file-backed mapping frame.
 
 use crate::aggregate::{ProcessReport, Report};
 use crate::units::format_bytes;
@@ -14,8 +16,9 @@ use super::{
     FILE_BACKED_SHARE, MIN_GROWTH_BYTES,
 };
 
-/// Net growth of one process image by kind of page, from its exact
-/// counters (growth minus release, 0 when it shrank).
+/// Growth of one process image by kind of page: net (growth minus release
+/// over its life, from its exact counters) or to its high-water mark (from
+/// its first reading to its highest one), 0 when it shrank.
 #[derive(Clone, Copy, Debug)]
 struct NetGrowth {
     file_bytes: u64,
@@ -24,7 +27,8 @@ struct NetGrowth {
 }
 
 impl NetGrowth {
-    fn of(p: &ProcessReport) -> Option<Self> {
+    /// Net growth over the image's life.
+    fn net(p: &ProcessReport) -> Option<Self> {
         let c = p.counters?;
         Some(Self {
             file_bytes: c.file_growth_bytes.saturating_sub(c.file_release_bytes),
@@ -33,8 +37,29 @@ impl NetGrowth {
         })
     }
 
+    /// The rise from the first reading to the highest one.
+    fn to_peak(p: &ProcessReport) -> Option<Self> {
+        let first = p.timeline.first()?;
+        let peak = p.timeline.iter().max_by_key(|pt| pt.rss_bytes)?;
+        Some(Self {
+            file_bytes: peak.file_bytes.saturating_sub(first.file_bytes),
+            anon_bytes: peak.anon_bytes.saturating_sub(first.anon_bytes),
+            shmem_bytes: peak.shmem_bytes.saturating_sub(first.shmem_bytes),
+        })
+    }
+
+    /// The file-backed one of the net growth and the rise to the peak
+    /// (the larger), if either is.
+    fn of(p: &ProcessReport) -> Option<Self> {
+        [Self::net(p), Self::to_peak(p)]
+            .into_iter()
+            .flatten()
+            .filter(Self::is_file_backed)
+            .max_by_key(|g| g.file_bytes)
+    }
+
     /// Whether the growth is mostly file-backed: at least
-    /// [`MIN_GROWTH_BYTES`] and [`FILE_BACKED_SHARE`] of all net growth.
+    /// [`MIN_GROWTH_BYTES`] and [`FILE_BACKED_SHARE`] of all of it.
     fn is_file_backed(&self) -> bool {
         let all = self
             .file_bytes
@@ -48,7 +73,7 @@ impl NetGrowth {
 /// The basis `p`'s other findings read: its RSS without file-backed pages
 /// when its growth is mostly file-backed, else its RSS.
 pub(super) fn basis(p: &ProcessReport) -> Basis {
-    if NetGrowth::of(p).is_some_and(|net| net.is_file_backed()) {
+    if NetGrowth::of(p).is_some() {
         Basis::WithoutFile
     } else {
         Basis::Rss
@@ -59,9 +84,9 @@ pub(super) fn basis(p: &ProcessReport) -> Basis {
 /// The finding says how much, which file and which function mapped it in,
 /// that the kernel can reclaim it, and gives no advice to bound a cache.
 pub(super) fn finding(report: &Report, p: &ProcessReport) -> Option<Draft> {
-    let net = NetGrowth::of(p).filter(NetGrowth::is_file_backed)?;
+    let net = NetGrowth::of(p)?;
     let counters = p.counters?;
-    let groups = paths::process_groups(report, p.id, Kind::FileBacked, Rank::End);
+    let groups = paths::process_groups(report, p.id, Kind::FileBacked, Rank::Peak);
     let top = groups.first().map(|g| {
         let stack = g.top_stack();
         let file = paths::mapped_file(report, stack).unwrap_or("?").to_owned();
@@ -95,6 +120,14 @@ pub(super) fn finding(report: &Report, p: &ProcessReport) -> Option<Draft> {
             format_bytes(last.file_bytes),
             format_bytes(first.anon_bytes),
             format_bytes(last.anon_bytes)
+        ));
+    }
+    let released = counters.file_release_bytes;
+    if released >= MIN_GROWTH_BYTES {
+        draft.evidence.push(format!(
+            "{} of file-backed pages left RSS before the end (unmapped or reclaimed): \
+             not a release of the heap",
+            format_bytes(released)
         ));
     }
     draft.evidence.push(format!(

@@ -1196,6 +1196,51 @@ fn growth_in_a_mapped_file_is_page_cache_not_retention() {
 }
 
 #[test]
+fn a_mapped_file_unmapped_before_the_end_is_page_cache_not_a_spike() {
+    let mut run = Run::new();
+    let id = run.started(start(701, None, Role::Root, 0), at(30, 0).file(10));
+    let reads: Vec<Read> = (0..=12)
+        .map(|i| at(30 + 15 * i, 40_000 * i).file(10 + 15 * i))
+        .collect();
+    run.reads(id, 0, &reads);
+    run.grow(id, "_compile_bytecode", S / 10, 2);
+    for i in 0..12 {
+        run.file_grow(id, "read_slices", "/data/big.bin", S / 4 + i * S / 2, 15);
+    }
+    // mmap.close() at 7 s: the file's pages leave RSS.
+    let unmapped = SampledBytes {
+        held_bytes: -180 * 1024 * 1024,
+        ..SampledBytes::default()
+    };
+    run.sample(
+        id,
+        7 * S,
+        file_stack("read_slices", "/data/big.bin"),
+        unmapped,
+    );
+    run.flat(id, 7 * S, 9 * S, at(30, 480_000).file(10));
+    let report = run.finish(9 * S);
+    let findings = findings(&report);
+    assert_eq!(
+        findings[0].pattern,
+        Pattern::FileBackedGrowth,
+        "{findings:#?}"
+    );
+    assert!(findings[0]
+        .summary
+        .starts_with("RSS grew 180.0 MiB in file-backed pages"));
+    assert!(
+        findings[0]
+            .evidence
+            .iter()
+            .any(|e| e.contains("left RSS before the end")),
+        "{:#?}",
+        findings[0].evidence
+    );
+    assert!(of(&findings, Pattern::Spike).is_empty(), "{findings:#?}");
+}
+
+#[test]
 fn a_process_reading_a_file_still_retains_its_own_memory() {
     let (report, id) = reads_a_mapped_file(60);
     let findings = findings(&report);

@@ -15,7 +15,7 @@ use super::table::render_table;
 use super::{DiffError, Sides};
 use crate::aggregate::Report;
 use crate::capture;
-use crate::cli::{DiffArgs, Format};
+use crate::cli::{DiffArgs, FormatArg as Format};
 
 /// Nanoseconds per second, for times shown in seconds.
 const NS_PER_S: f64 = 1e9;
@@ -52,7 +52,7 @@ impl Plan {
     pub fn from_args(args: &DiffArgs) -> Result<Self, DiffError> {
         if !matches!(args.format, Format::Table | Format::Flamegraph) {
             return Err(DiffError::UnsupportedFormat {
-                format: crate::report::format_name(args.format).to_owned(),
+                format: crate::report::format_name(args.format.into()).to_owned(),
             });
         }
         match (&args.after, args.from.zip(args.to)) {

@@ -6,7 +6,7 @@ use memtrace_common::{ProcessCounters, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES
 use procfs::process::Process;
 use thiserror::Error;
 
-use crate::aggregate::Sharing;
+use super::Sharing;
 
 /// A /proc read that failed.
 #[derive(Debug, Error)]

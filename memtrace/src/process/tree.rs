@@ -13,7 +13,7 @@ use std::{
 
 use memtrace_common::PyProcessInfo;
 
-use crate::aggregate::{ProcessId, PythonStatus, Role};
+use super::{ProcessId, PythonStatus, Role};
 
 /// Where memtrace is in learning a process's CPython layout.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 
 use memtrace_common::{MemoryEvent, ProcessCounters};
 
-use crate::aggregate::test_support::{native, py, rss, start, MIB};
+use crate::aggregate::test_support::{native, prefork_report, py, rss, server_report, start, MIB};
 use crate::aggregate::{
     Aggregator, ExitBegin, ExitStatus, Frame, ProcessId, ProcessStart, PythonStatus, Report, Role,
     RunMeta, SampledBytes, Sharing, StackId,
@@ -189,6 +189,16 @@ pub(crate) fn lifecycle_report() -> Report {
 /// [`lifecycle_report`], diagnosed.
 pub(crate) fn lifecycle_diagnosed() -> Diagnosed {
     diagnose::diagnose(lifecycle_report())
+}
+
+/// `aggregate::test_support::prefork_report`, diagnosed.
+pub(crate) fn prefork_diagnosed() -> Diagnosed {
+    diagnose::diagnose(prefork_report())
+}
+
+/// `aggregate::test_support::server_report`, diagnosed.
+pub(crate) fn server_diagnosed() -> Diagnosed {
+    diagnose::diagnose(server_report())
 }
 
 #[cfg(test)]

@@ -138,8 +138,8 @@ fn empty(title: &str, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::test_support::{prefork_diagnosed, server_diagnosed};
     use crate::report::fixtures::lifecycle_diagnosed;
+    use crate::report::fixtures::{prefork_diagnosed, server_diagnosed};
 
     fn svg(report: &Diagnosed, options: &RenderOptions, process: Option<ProcessId>) -> String {
         let mut out = Vec::new();

@@ -13,13 +13,13 @@ use std::path::PathBuf;
 use flate2::read::GzDecoder;
 use prost::Message;
 
-use super::fixtures::lifecycle_diagnosed;
 use super::pprof::Profile;
+use super::Format;
 use super::{render, RenderOptions};
-use crate::aggregate::test_support::{prefork_diagnosed, server_diagnosed};
 use crate::aggregate::Weight;
-use crate::cli::Format;
 use crate::diagnose::Diagnosed;
+use crate::report::fixtures::lifecycle_diagnosed;
+use crate::report::fixtures::{prefork_diagnosed, server_diagnosed};
 
 /// `tests/data/` of the workspace.
 fn data_dir() -> PathBuf {

@@ -542,8 +542,9 @@ fn warnings(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::test_support::{prefork_report, server_diagnosed};
+    use crate::aggregate::test_support::prefork_report;
     use crate::aggregate::Weight;
+    use crate::report::fixtures::server_diagnosed;
     use crate::report::fixtures::{lifecycle_diagnosed, lifecycle_report};
 
     fn page_with(report: &Diagnosed, options: &RenderOptions) -> String {

@@ -22,8 +22,9 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::aggregate::test_support::{prefork_diagnosed, server_diagnosed, MIB};
+    use crate::aggregate::test_support::MIB;
     use crate::report::fixtures::lifecycle_diagnosed;
+    use crate::report::fixtures::{prefork_diagnosed, server_diagnosed};
 
     fn rendered(report: &Diagnosed) -> Vec<u8> {
         let mut out = Vec::new();

@@ -30,8 +30,26 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::aggregate::{ProcessReport, Report, Weight};
-use crate::cli::Format;
 use crate::diagnose::Diagnosed;
+
+/// The formats a report is rendered in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// The terminal summary ([`table`]).
+    Table,
+    /// Folded stacks (Brendan Gregg), weight in bytes ([`folded`]).
+    Folded,
+    /// Everything, as JSON ([`json`]).
+    Json,
+    /// An SVG flame graph of the paths ([`flamegraph`], inferno).
+    Flamegraph,
+    /// JSON that speedscope.app opens ([`speedscope`]).
+    Speedscope,
+    /// Gzipped profile.proto ([`pprof`]: go tool pprof, Grafana Pyroscope).
+    Pprof,
+    /// One self-contained HTML page ([`html`]).
+    Html,
+}
 
 /// How a report is drawn (from `--inverted`, `--top` and `--weight`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,9 +304,9 @@ fn write_one(
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
-    use super::fixtures::lifecycle_diagnosed;
     use super::*;
-    use crate::aggregate::test_support::server_diagnosed;
+    use crate::report::fixtures::lifecycle_diagnosed;
+    use crate::report::fixtures::server_diagnosed;
 
     #[test]
     fn stem_is_the_utc_time() {

@@ -346,8 +346,9 @@ mod tests {
     use flate2::read::GzDecoder;
 
     use super::*;
-    use crate::aggregate::test_support::{prefork_diagnosed, server_diagnosed, MIB};
+    use crate::aggregate::test_support::MIB;
     use crate::report::fixtures::lifecycle_diagnosed;
+    use crate::report::fixtures::{prefork_diagnosed, server_diagnosed};
 
     fn decoded(report: &Diagnosed, weight: Weight) -> Profile {
         let mut gz = Vec::new();

@@ -205,8 +205,9 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::aggregate::test_support::{prefork_diagnosed, MIB};
+    use crate::aggregate::test_support::MIB;
     use crate::report::fixtures::lifecycle_diagnosed;
+    use crate::report::fixtures::prefork_diagnosed;
 
     fn rendered(report: &Diagnosed, weight: Weight) -> Value {
         let mut out = Vec::new();

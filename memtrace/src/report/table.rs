@@ -499,12 +499,11 @@ mod tests {
     use memtrace_common::MemoryEvent;
 
     use super::*;
-    use crate::aggregate::test_support::{
-        native, prefork_diagnosed, py, sample, server_diagnosed, start, MIB,
-    };
+    use crate::aggregate::test_support::{native, py, sample, start, MIB};
     use crate::aggregate::{Aggregator, ProcessStart, Role, RunMeta};
     use crate::diagnose::diagnose;
     use crate::report::fixtures::lifecycle_diagnosed;
+    use crate::report::fixtures::{prefork_diagnosed, server_diagnosed};
 
     fn written(weight: Weight) -> WrittenFiles {
         WrittenFiles {

@@ -22,7 +22,6 @@ use crate::aggregate::{
     Aggregator, ExitBegin, ExitStatus, Frame, MappingKind, MemorySample, PathReport, ProcessId,
     ProcessStart, PythonStatus, Report, Role, RunMeta, Sharing,
 };
-use crate::diagnose::diagnose;
 
 /// One second, in nanoseconds.
 const S: u64 = 1_000_000_000;
