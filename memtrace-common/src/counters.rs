@@ -46,7 +46,8 @@ pub struct ProcessCounters {
     pub shmem_release_bytes: u64,
     /// Copy-on-write write faults times the page size.
     pub cow_fault_bytes: u64,
-    /// `exceptions:page_fault_user` events seen.
+    /// Page faults that made memory resident (`rss_stat` growth events) or
+    /// un-shared a page (copy-on-write): the process's paging activity.
     pub page_faults: u64,
     /// Bytes mapped by successful `mmap`.
     pub mmap_bytes: u64,
@@ -70,13 +71,18 @@ pub struct ProcessCounters {
     /// Non-zero once the process began to exit (an
     /// [`crate::ExitBeginRecord`] was sent); reset by execve.
     pub exit_begun: u64,
+    /// Address of the `mm_struct` the RSS values belong to; 0 until the
+    /// first `rss_stat` event. Events of another `mm` (the new image of an
+    /// execve, before `sched_process_exec` restarts the counters) are not
+    /// counted.
+    pub mm: u64,
     /// tgid of the parent as seen at fork (0 for a process added by userspace).
     pub parent_tgid: u32,
-    /// `kmem:rss_stat` `mm_id` (a hash of the `mm_struct` address) of the
-    /// address space the RSS values belong to; 0 until the first event.
-    /// Events of another `mm_id` (the new image of an execve, before
-    /// `sched_process_exec` restarts the counters) are not counted.
-    pub mm_id: u32,
+    /// Non-zero while a thread of the process is inside `execve`: from
+    /// `sys_enter_execve` to `sys_exit_execve` (or `sched_process_exec`).
+    /// `rss_stat` events are not counted then: a successful execve tears the
+    /// old address space down while its `mm` is still the one followed.
+    pub in_execve: u32,
 }
 
 impl ProcessCounters {
@@ -98,5 +104,5 @@ impl ProcessCounters {
 }
 
 const _: () = {
-    assert!(core::mem::size_of::<ProcessCounters>() == 8 * 24 + 8);
+    assert!(core::mem::size_of::<ProcessCounters>() == 8 * 26);
 };

@@ -322,9 +322,9 @@ pub struct AddressRecord {
 const _: () = {
     assert!(core::mem::size_of::<RecordHeader>() == 24);
     assert!(core::mem::size_of::<ForkRecord>() == 72);
-    assert!(core::mem::size_of::<ExecRecord>() == 24 + 200);
-    assert!(core::mem::size_of::<ExitBeginRecord>() == 32 + 200);
-    assert!(core::mem::size_of::<ExitRecord>() == 32 + 200);
+    assert!(core::mem::size_of::<ExecRecord>() == 24 + 208);
+    assert!(core::mem::size_of::<ExitBeginRecord>() == 32 + 208);
+    assert!(core::mem::size_of::<ExitRecord>() == 32 + 208);
     assert!(core::mem::size_of::<MemoryRecord>() == 88 + 16 * MAX_FRAMES);
     assert!(core::mem::size_of::<AddressRecord>() == 72);
 };

@@ -15,9 +15,11 @@
 )]
 
 mod counters;
+mod kernel;
 mod maps;
 mod probes;
 mod pystack;
+mod record;
 mod sample;
 
 #[cfg(target_arch = "bpf")]

@@ -49,8 +49,10 @@ pub struct PendingFault {
     pub consumed: u32,
     /// Faulting user address.
     pub address: u64,
-    /// User instruction pointer of the faulting instruction.
-    pub ip: u64,
+    /// The faulting thread's saved user registers (`struct pt_regs *`), 0
+    /// for a fault taken in the kernel: its instruction pointer is read only
+    /// when a record is sent.
+    pub user_regs: u64,
 }
 
 /// One [`PendingFault`] per CPU.
@@ -115,3 +117,6 @@ pub static PERCPU_COUNTER_SIZE: Global<u64> = Global::new(0);
 /// kernel's BTF.
 #[unsafe(no_mangle)]
 pub static PERCPU_COUNTER_COUNT_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct pt_regs, ip)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static PT_REGS_IP_OFFSET: Global<u64> = Global::new(0);

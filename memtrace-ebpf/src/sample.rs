@@ -13,6 +13,7 @@ use memtrace_common::{MemoryEvent, MemoryRecord, RecordHeader, RecordKind};
 
 use crate::{
     counters::{add, current_ids},
+    kernel,
     maps::{DROPPED, RECORDS, SAMPLE_INTERVAL_BYTES, WAKEUP_THRESHOLD_BYTES},
     pystack,
 };
@@ -26,8 +27,10 @@ pub struct MemoryEventArgs {
     pub addr: u64,
     /// True size of the event, in bytes.
     pub len_bytes: u64,
-    /// Innermost native instruction pointer, or 0.
-    pub native_ip: u64,
+    /// The thread's saved user registers (`struct pt_regs *`) whose
+    /// instruction pointer is the innermost native frame, or 0 when unknown
+    /// (read only for a record that is sent).
+    pub user_regs: u64,
     /// Event flags (see `MemoryRecord::flags`).
     pub flags: u64,
     /// The process's RSS right after the event, in bytes.
@@ -132,7 +135,7 @@ fn fill_memory(
         (*record).addr = args.addr;
         (*record).len_bytes = args.len_bytes;
         (*record).weight_bytes = weight_bytes;
-        (*record).native_ip = args.native_ip;
+        (*record).native_ip = kernel::user_ip(args.user_regs);
         (*record).flags = args.flags;
         (*record).rss_bytes = args.rss_bytes;
         (*record)._pad = 0;

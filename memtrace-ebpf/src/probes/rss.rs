@@ -1,97 +1,84 @@
-//! Resident memory of traced processes (`kmem:rss_stat`): keeps each
+//! Resident memory of traced processes (`rss_stat`): keeps each
 //! process's RSS per member and its high-water mark, sums growth and
 //! release per member, and samples growth of anonymous, file-backed and
 //! shared memory with the Python stack (the first touch of a page raises
 //! this event right after its page fault).
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 use memtrace_common::{
-    MemoryEvent, ProcessCounters, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES, RSS_MEMBER_COUNT,
+    MemoryEvent, ProcessCounters, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES, PAGE_SIZE_BYTES,
+    RSS_MEMBER_COUNT,
 };
 
 use crate::{
     counters::{add, current_ids, set_bits, swap, traced},
+    kernel::mm_member_pages,
     maps::PENDING_FAULT,
     sample::{emit_memory, MemoryEventArgs},
 };
 
-/// `rss_stat` fields (offsets from /sys/kernel/tracing/events/kmem/rss_stat/format
-/// on 6.18): `unsigned int mm_id` @8 (hash of the mm's address),
-/// `unsigned int curr` @12 (1 when the mm is the current task's),
-/// `int member` @16 (`MM_*`), `long size` @24 (the member's size in bytes).
-const CURR_OFFSET: usize = 12;
-/// See [`CURR_OFFSET`].
-const MM_ID_OFFSET: usize = 8;
-/// See [`CURR_OFFSET`].
-const MEMBER_OFFSET: usize = 16;
-/// See [`CURR_OFFSET`].
-const SIZE_OFFSET: usize = 24;
+const _: () = assert!(RSS_MEMBER_COUNT.is_power_of_two());
+
 /// `rss_known` bits that make up the high-water mark: file + anon + shmem.
 const PEAK_MEMBERS: u64 = (1 << MM_FILEPAGES) | (1 << MM_ANONPAGES) | (1 << MM_SHMEMPAGES);
 
-/// Tracepoint `kmem/rss_stat`.
-#[tracepoint]
-pub fn rss_stat(ctx: TracePointContext) -> u32 {
-    match try_rss_stat(&ctx) {
-        Ok(()) | Err(()) => 0,
-    }
+/// BTF tracepoint `rss_stat(struct mm_struct *mm, int member)`
+/// (include/trace/events/kmem.h; called by `add_mm_counter()` and friends
+/// after the member changed). A BTF tracepoint builds no trace record: the
+/// program reads the member's size (`percpu_counter.count`, what the
+/// classic record's `size` holds) itself, and only for traced processes.
+#[btf_tracepoint(function = "rss_stat")]
+pub fn rss_stat(ctx: BtfTracePointContext) -> i32 {
+    try_rss_stat(&ctx);
+    0
 }
 
-fn try_rss_stat(ctx: &TracePointContext) -> Result<(), ()> {
-    // SAFETY: offsets within the tracepoint record (format above).
-    let curr: u32 = unsafe { ctx.read_at(CURR_OFFSET) }.map_err(|_| ())?;
-    if curr != 1 {
-        // Another mm: fork copying into the child, reclaim, and the
-        // teardown in exit_mm()/exec_mmap(), which run after the task's mm
-        // pointer was cleared or switched: not the process's own doing.
-        return Ok(());
-    }
+fn try_rss_stat(ctx: &BtfTracePointContext) {
     let (tgid, tid) = current_ids();
     let Some(counters) = traced(tgid) else {
-        return Ok(());
+        return;
     };
-    // SAFETY: as above.
-    let mm_id: u32 = unsafe { ctx.read_at(MM_ID_OFFSET) }.map_err(|_| ())?;
-    // SAFETY: live map value of a traced process.
-    if !unsafe { same_mm(counters, mm_id) } {
-        return Ok(());
-    }
-    // SAFETY: as above.
-    let member: i32 = unsafe { ctx.read_at(MEMBER_OFFSET) }.map_err(|_| ())?;
-    // SAFETY: as above.
-    let size: i64 = unsafe { ctx.read_at(SIZE_OFFSET) }.map_err(|_| ())?;
+    let mm: u64 = ctx.arg(0);
+    let member: i32 = ctx.arg(1);
     let Ok(member) = usize::try_from(member) else {
-        return Ok(());
+        return;
     };
-    if member >= RSS_MEMBER_COUNT {
-        return Ok(());
+    if member >= RSS_MEMBER_COUNT || mm == 0 {
+        return;
     }
-    let size_bytes = size.max(0) as u64;
+    // Only the process's own address space counts: not a child's during
+    // fork, another process's during direct reclaim, nor the old image torn
+    // down inside an execve. (The teardown at exit comes after
+    // `sched_process_exit` forgot the process.)
+    // SAFETY: live map value of a traced process.
+    if unsafe { (*counters).in_execve } != 0 || !unsafe { same_mm(counters, mm) } {
+        return;
+    }
+    let size_bytes = mm_member_pages(mm, member) * PAGE_SIZE_BYTES;
     // SAFETY: live map value of a traced process; member < RSS_MEMBER_COUNT.
     let delta = unsafe { store_member(counters, member, size_bytes) };
     // SAFETY: as above.
     unsafe { update_peak(counters) };
     // SAFETY: as above.
     unsafe { account_member(tgid, tid, counters, member, delta) };
-    Ok(())
 }
 
-/// Whether `mm_id` is the address space the counters follow. A first id
-/// (after attach, fork or exec) is adopted; a different one is the new
-/// image of an execve whose `sched_process_exec` has not restarted the
-/// counters yet, and is not counted (its sizes are absolute: the next event
-/// of each member after the restart carries them).
+/// Whether `mm` is the address space the counters follow. A first one
+/// (after attach, fork or exec) is adopted; a different one is the new image
+/// of an execve whose `sched_process_exec` has not restarted the counters
+/// yet, and is not counted (member sizes are absolute: the next event of
+/// each member after the restart carries them).
 ///
 /// # Safety
 /// `counters` is a live `PROCESSES` value.
 #[inline(always)]
-unsafe fn same_mm(counters: *mut ProcessCounters, mm_id: u32) -> bool {
+unsafe fn same_mm(counters: *mut ProcessCounters, mm: u64) -> bool {
     // SAFETY: see the function's contract.
     let value = unsafe { &mut *counters };
-    if value.mm_id == 0 {
-        value.mm_id = mm_id;
+    if value.mm == 0 {
+        value.mm = mm;
     }
-    value.mm_id == mm_id
+    value.mm == mm
 }
 
 /// Stores `size_bytes` as member `member`'s RSS and returns the change
@@ -101,6 +88,11 @@ unsafe fn same_mm(counters: *mut ProcessCounters, mm_id: u32) -> bool {
 /// `counters` is a live `PROCESSES` value and `member < RSS_MEMBER_COUNT`.
 #[inline(always)]
 unsafe fn store_member(counters: *mut ProcessCounters, member: usize, size_bytes: u64) -> i64 {
+    // The mask changes nothing (`member < RSS_MEMBER_COUNT`, a power of
+    // two) but gives the verifier a bound on the register it indexes with;
+    // the volatile read keeps LLVM from dropping it as redundant.
+    // SAFETY: a read of a local.
+    let member = unsafe { core::ptr::read_volatile(&member) } & (RSS_MEMBER_COUNT - 1);
     let bit = 1u64 << member;
     // SAFETY: see the function's contract; member < RSS_MEMBER_COUNT.
     let slot = unsafe { (&raw mut (*counters).rss_bytes).cast::<u64>().add(member) };
@@ -108,9 +100,13 @@ unsafe fn store_member(counters: *mut ProcessCounters, member: usize, size_bytes
     // the deltas add up to the true change.
     // SAFETY: as above.
     let previous = unsafe { swap(slot, size_bytes) };
+    // A plain read first: the member is known after its first event, and
+    // the atomic is paid only then.
     // SAFETY: as above.
-    let known = unsafe { set_bits(&raw mut (*counters).rss_known, bit) };
-    if known & bit == 0 {
+    if unsafe { (*counters).rss_known } & bit == 0
+        // SAFETY: as above.
+        && unsafe { set_bits(&raw mut (*counters).rss_known, bit) } & bit == 0
+    {
         return 0;
     }
     size_bytes as i64 - previous as i64
@@ -199,13 +195,16 @@ unsafe fn account_member(
     }
     let len_bytes = delta as u64;
     // SAFETY: as above.
-    unsafe { add(growth, len_bytes) };
-    let (addr, native_ip) = take_pending_fault(tid);
+    unsafe {
+        add(growth, len_bytes);
+        add(&raw mut (*counters).page_faults, 1);
+    }
+    let (addr, user_regs) = take_pending_fault(tid);
     let args = MemoryEventArgs {
         event,
         addr,
         len_bytes,
-        native_ip,
+        user_regs,
         flags: 0,
         // SAFETY: as above.
         rss_bytes: unsafe { (*counters).rss_total_bytes() },
@@ -213,8 +212,8 @@ unsafe fn account_member(
     emit_memory(tgid, &args);
 }
 
-/// `(address, ip)` of thread `tid`'s pending fault on this CPU, marking it
-/// consumed; `(0, 0)` when there is none.
+/// `(address, user registers)` of thread `tid`'s pending fault on this CPU,
+/// marking it consumed; `(0, 0)` when there is none.
 #[inline(always)]
 fn take_pending_fault(tid: u32) -> (u64, u64) {
     let Some(fault) = PENDING_FAULT.get_ptr_mut(0) else {
@@ -226,6 +225,6 @@ fn take_pending_fault(tid: u32) -> (u64, u64) {
             return (0, 0);
         }
         (*fault).consumed = 1;
-        ((*fault).address, (*fault).ip)
+        ((*fault).address, (*fault).user_regs)
     }
 }

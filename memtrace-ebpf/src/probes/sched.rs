@@ -1,30 +1,30 @@
 //! Process lifecycle: `sched_process_fork` extends the traced set in the
 //! kernel (so a worker forked by a traced master is traced from its first
 //! page, starting from the memory it inherited); `sched_process_exec` ends
-//! an image and restarts the counters for the new one; the start of an exit
+//! an image and restarts the counters for the new one (`execve`'s entry and
+//! exit bracket the teardown of the old one, which is not counted); the start of an exit
 //! (CPython's finalization, `exit_group`) freezes a process's memory as it
 //! was before teardown; `sched_process_exit` reports the exit status and the
 //! final counters and forgets the process, so a reused tgid starts fresh.
 
 use aya_ebpf::{
     bindings::BPF_ANY,
-    helpers::{bpf_get_current_task, bpf_probe_read_kernel},
     macros::{btf_tracepoint, tracepoint, uprobe},
     programs::{BtfTracePointContext, ProbeContext, TracePointContext},
 };
 use memtrace_common::{
     ExecRecord, ExitBeginReason, ExitBeginRecord, ExitRecord, ForkRecord, ProcessCounters,
-    RecordKind, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES, MM_SWAPENTS, PAGE_SIZE_BYTES,
-    RSS_ALL_KNOWN, RSS_MEMBER_COUNT,
+    RecordKind, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES, RSS_ALL_KNOWN, RSS_MEMBER_COUNT,
 };
 
 use crate::{
     counters::{current_ids, swap, traced},
+    kernel,
     maps::{
-        FOLLOW_FORKS, MM_RSS_STAT_OFFSET, PERCPU_COUNTER_COUNT_OFFSET, PERCPU_COUNTER_SIZE,
-        PROCESSES, PY_PROCESSES, TASK_EXIT_CODE_OFFSET, TASK_MM_OFFSET, TASK_PID_OFFSET,
+        FOLLOW_FORKS, PROCESSES, PY_PROCESSES, TASK_EXIT_CODE_OFFSET, TASK_PID_OFFSET,
         TASK_START_BOOTTIME_OFFSET, TASK_TGID_OFFSET,
     },
+    record::field,
     sample::{emit, header},
 };
 
@@ -44,33 +44,6 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     }
 }
 
-/// Reads a `T` of kernel object `base` at `offset` (from BTF, set by
-/// userspace).
-#[inline(always)]
-fn kernel_field<T>(base: *const u8, offset: u64) -> Result<T, ()> {
-    // SAFETY: bpf_probe_read_kernel checks the address.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.map_err(|_| ())
-}
-
-/// RSS of the address space `mm` per `rss_stat` member, in bytes: each
-/// member's `percpu_counter.count` (pages; the same approximate value
-/// `rss_stat` and `get_mm_counter()` report), negative values as 0.
-#[inline(always)]
-fn mm_rss_bytes(mm: *const u8) -> [u64; RSS_MEMBER_COUNT] {
-    let base = MM_RSS_STAT_OFFSET.load() + PERCPU_COUNTER_COUNT_OFFSET.load();
-    let stride = PERCPU_COUNTER_SIZE.load();
-    let pages = |member: usize| -> u64 {
-        kernel_field::<i64>(mm, base + stride * member as u64)
-            .map_or(0, |count| count.max(0) as u64)
-    };
-    let mut rss = [0; RSS_MEMBER_COUNT];
-    rss[MM_FILEPAGES] = pages(MM_FILEPAGES) * PAGE_SIZE_BYTES;
-    rss[MM_ANONPAGES] = pages(MM_ANONPAGES) * PAGE_SIZE_BYTES;
-    rss[MM_SWAPENTS] = pages(MM_SWAPENTS) * PAGE_SIZE_BYTES;
-    rss[MM_SHMEMPAGES] = pages(MM_SHMEMPAGES) * PAGE_SIZE_BYTES;
-    rss
-}
-
 fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Result<(), ()> {
     if FOLLOW_FORKS.load() == 0 {
         return Ok(());
@@ -79,18 +52,18 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Result<(), ()> {
     if traced(parent_tgid).is_none() {
         return Ok(());
     }
-    let child: *const u8 = ctx.arg(1);
-    let child_tgid: u32 = kernel_field(child, TASK_TGID_OFFSET.load())?;
-    let child_pid: u32 = kernel_field(child, TASK_PID_OFFSET.load())?;
+    let child: u64 = ctx.arg(1);
+    let child_tgid: u32 = kernel::field(child, TASK_TGID_OFFSET.load())?;
+    let child_pid: u32 = kernel::field(child, TASK_PID_OFFSET.load())?;
     if child_pid != child_tgid {
         return Ok(()); // a new thread of a traced process, already covered
     }
-    let start_boottime_ns: u64 = kernel_field(child, TASK_START_BOOTTIME_OFFSET.load())?;
-    let mm: u64 = kernel_field(child, TASK_MM_OFFSET.load())?;
+    let start_boottime_ns: u64 = kernel::field(child, TASK_START_BOOTTIME_OFFSET.load())?;
+    let mm = kernel::task_mm(child);
     let rss_bytes = if mm == 0 {
         [0; RSS_MEMBER_COUNT]
     } else {
-        mm_rss_bytes(mm as *const u8)
+        kernel::mm_rss_bytes(mm)
     };
     let counters = ProcessCounters {
         rss_bytes,
@@ -148,7 +121,7 @@ fn try_sched_process_exec() {
         counters: old,
     });
     // The new image starts from nothing: every page it makes resident is
-    // its growth. Its mm_id is adopted at its first rss_stat event.
+    // its growth. Its mm is adopted at its first rss_stat event.
     // SAFETY: as above.
     unsafe {
         *counters = ProcessCounters {
@@ -158,6 +131,46 @@ fn try_sched_process_exec() {
         };
     }
     let _ = PY_PROCESSES.remove(tgid);
+}
+
+/// Tracepoint `syscalls/sys_enter_execve` (no field is read).
+#[tracepoint]
+pub fn sys_enter_execve(_ctx: TracePointContext) -> u32 {
+    set_in_execve(1);
+    0
+}
+
+/// Tracepoint `syscalls/sys_enter_execveat` (no field is read).
+#[tracepoint]
+pub fn sys_enter_execveat(_ctx: TracePointContext) -> u32 {
+    set_in_execve(1);
+    0
+}
+
+/// Tracepoint `syscalls/sys_exit_execve` (no field is read): the call
+/// failed, or succeeded and `sched_process_exec` already restarted the
+/// counters.
+#[tracepoint]
+pub fn sys_exit_execve(_ctx: TracePointContext) -> u32 {
+    set_in_execve(0);
+    0
+}
+
+/// Tracepoint `syscalls/sys_exit_execveat` (no field is read).
+#[tracepoint]
+pub fn sys_exit_execveat(_ctx: TracePointContext) -> u32 {
+    set_in_execve(0);
+    0
+}
+
+/// Marks the current process as inside `execve` (or not) for `rss_stat`.
+#[inline(always)]
+fn set_in_execve(value: u32) {
+    let (tgid, _) = current_ids();
+    if let Some(counters) = traced(tgid) {
+        // SAFETY: live map value of a traced process.
+        unsafe { (*counters).in_execve = value };
+    }
 }
 
 /// Uprobe on CPython's `Py_FinalizeEx` and `Py_Exit` (attached by userspace
@@ -210,8 +223,8 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
 }
 
 fn try_sched_process_exit(ctx: &TracePointContext) -> Result<(), ()> {
-    // SAFETY: offset within the tracepoint record (format above).
-    let group_dead: u8 = unsafe { ctx.read_at(EXIT_GROUP_DEAD_OFFSET) }.map_err(|_| ())?;
+    // SAFETY: a bool field of the tracepoint record (format above).
+    let group_dead: u8 = unsafe { field(ctx, EXIT_GROUP_DEAD_OFFSET) };
     let (tgid, _) = current_ids();
     if group_dead == 0 {
         return Ok(());
@@ -219,9 +232,8 @@ fn try_sched_process_exit(ctx: &TracePointContext) -> Result<(), ()> {
     let Some(counters) = traced(tgid) else {
         return Ok(());
     };
-    // SAFETY: helper without arguments; returns the current task_struct.
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let exit_code: i32 = kernel_field(task, TASK_EXIT_CODE_OFFSET.load()).unwrap_or(0);
+    let exit_code: i32 =
+        kernel::field(kernel::current_task(), TASK_EXIT_CODE_OFFSET.load()).unwrap_or(0);
     emit(ExitRecord {
         header: header(RecordKind::Exit, tgid),
         exit_code: exit_code as u32,

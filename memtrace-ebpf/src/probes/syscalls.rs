@@ -21,6 +21,7 @@ use memtrace_common::{
 use crate::{
     counters::{add, current_ids, swap, traced},
     maps::{PendingSyscall, PENDING_SYSCALLS},
+    record::field,
     sample::{count_and_emit, emit, header, MemoryEventArgs},
 };
 
@@ -67,8 +68,9 @@ fn enter(ctx: &TracePointContext, syscall: Syscall, arg_count: usize) -> Result<
         args: [0; 4],
     };
     for (index, arg) in pending.args.iter_mut().enumerate().take(arg_count) {
-        // SAFETY: offsets within the tracepoint record (formats above).
-        *arg = unsafe { ctx.read_at(ARGS_OFFSET + 8 * index) }.map_err(|_| ())?;
+        // SAFETY: u64 argument fields of the tracepoint record (formats
+        // above).
+        *arg = unsafe { field(ctx, ARGS_OFFSET + 8 * index) };
     }
     PENDING_SYSCALLS.insert(tid, pending, 0).map_err(|_| ())
 }
@@ -101,8 +103,8 @@ fn exit(ctx: &TracePointContext, syscall: Syscall) -> Result<Option<Completed>, 
     let Some(counters) = traced(tgid) else {
         return Ok(None);
     };
-    // SAFETY: offset within the tracepoint record (formats above).
-    let ret: u64 = unsafe { ctx.read_at(RET_OFFSET) }.map_err(|_| ())?;
+    // SAFETY: the u64 `ret` field of the tracepoint record (formats above).
+    let ret: u64 = unsafe { field(ctx, RET_OFFSET) };
     // SAFETY: live map value of a traced process.
     unsafe { add(&raw mut (*counters).syscalls, 1) };
     Ok(Some(Completed {
@@ -220,7 +222,7 @@ unsafe fn on_mmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut ProcessCo
         event: MemoryEvent::Mmap,
         addr: ret,
         len_bytes,
-        native_ip: 0,
+        user_regs: 0,
         flags: (args[3] & 0xffff_ffff) | (args[2] << 32),
         rss_bytes,
     };
@@ -276,7 +278,7 @@ unsafe fn on_munmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Process
         event: MemoryEvent::Munmap,
         addr: args[0],
         len_bytes,
-        native_ip: 0,
+        user_regs: 0,
         flags: 0,
         rss_bytes,
     };
@@ -322,7 +324,7 @@ unsafe fn on_mremap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Process
         event,
         addr,
         len_bytes,
-        native_ip: 0,
+        user_regs: 0,
         flags: args[3],
         rss_bytes,
     };
@@ -364,7 +366,7 @@ unsafe fn on_brk(tgid: u32, _args: &[u64; 4], ret: u64, counters: *mut ProcessCo
         event,
         addr,
         len_bytes,
-        native_ip: 0,
+        user_regs: 0,
         flags: 0,
         rss_bytes,
     };
@@ -407,7 +409,7 @@ unsafe fn on_madvise(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Proces
         event: MemoryEvent::MadviseFree,
         addr: args[0],
         len_bytes,
-        native_ip: 0,
+        user_regs: 0,
         flags: advice,
         rss_bytes,
     };

@@ -1,7 +1,7 @@
 //! Serde form of the kernel's [`ProcessCounters`] (a `no_std` type without
 //! serde) for process starts, captures and reports: zero fields left out,
-//! the kernel's own bookkeeping (`brk_end`, `exit_begun`, `parent_tgid`,
-//! `mm_id`) not written (read back as 0). The compiler checks the field list
+//! the kernel's own bookkeeping (`brk_end`, `exit_begun`, `mm`,
+//! `parent_tgid`, `in_execve`) not written (read back as 0). The compiler checks the field list
 //! against the type.
 
 use memtrace_common::{ProcessCounters, RSS_MEMBER_COUNT};
@@ -59,9 +59,11 @@ pub(crate) struct CountersDef {
     #[serde(skip)]
     exit_begun: u64,
     #[serde(skip)]
+    mm: u64,
+    #[serde(skip)]
     parent_tgid: u32,
     #[serde(skip)]
-    mm_id: u32,
+    in_execve: u32,
 }
 
 #[cfg(test)]
@@ -81,7 +83,7 @@ mod tests {
             brk_end: 0x1000,
             exit_begun: 1,
             parent_tgid: 9,
-            mm_id: 77,
+            mm: 77,
             ..ProcessCounters::default()
         };
         counters.rss_bytes[1] = 8192;
@@ -95,7 +97,7 @@ mod tests {
             brk_end: 0,
             exit_begun: 0,
             parent_tgid: 0,
-            mm_id: 0,
+            mm: 0,
             ..counters
         };
         assert_eq!(back.0, expected);

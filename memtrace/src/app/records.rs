@@ -53,7 +53,7 @@ impl Session {
             cmdline: proc::command_line(child),
             ts_ns: fork.header.ts_ns,
             counters,
-            sharing: proc::sharing(child).ok(),
+            sharing: self.sharing.read_now(child),
         });
         self.tree.add(child, id, Role::Worker);
         self.inherit_python(child, parent_tgid);

@@ -25,6 +25,7 @@ use crate::{
     process::{
         maps::MappingNames,
         proc::{self, command_line},
+        sharing::SharingReader,
         ProcessTree,
     },
     python::FrameResolver,
@@ -72,6 +73,8 @@ pub(super) struct Session {
     pub(super) resolver: FrameResolver,
     pub(super) symbolizer: NativeSymbolizer,
     pub(super) mappings: MappingNames,
+    /// Paced PSS/USS reads.
+    pub(super) sharing: SharingReader,
     /// `memtrace run`'s command until its execve: traced by the kernel side,
     /// entered in the report only when it runs the command.
     pub(super) launched: Option<u32>,
@@ -124,6 +127,7 @@ impl Session {
             resolver: FrameResolver::default(),
             symbolizer: NativeSymbolizer::default(),
             mappings: MappingNames::default(),
+            sharing: SharingReader::default(),
             launched: None,
             missing: Vec::new(),
             started: Instant::now(),
@@ -153,7 +157,7 @@ impl Session {
             cmdline: command_line(tgid),
             ts_ns: monotonic_ns(),
             counters,
-            sharing: proc::sharing(tgid).ok(),
+            sharing: self.sharing.read_now(tgid),
         });
         self.tree.add(tgid, id, role);
         self.probe_python(tgid);
@@ -270,8 +274,9 @@ impl Session {
                 continue;
             };
             let tgid = *tgid;
+            let sharing = &mut self.sharing;
             self.recorder
-                .periodic_counters(id, now_ns, counters, || proc::sharing(tgid).ok());
+                .periodic_counters(id, now_ns, counters, || sharing.read(tgid));
         }
         self.sweep_lost_exits(&present, now_ns);
         for (tgid, pending_for) in self.tree.pending_python() {
@@ -310,7 +315,7 @@ impl Session {
         };
         for (tgid, counters) in &all {
             if let Some(id) = self.tree.id_of(*tgid) {
-                let sharing = proc::sharing(*tgid).ok();
+                let sharing = self.sharing.read_now(*tgid);
                 self.recorder.counters(id, now_ns, counters, sharing);
             }
         }
@@ -321,6 +326,7 @@ impl Session {
         self.resolver.forget(tgid);
         self.symbolizer.forget(tgid);
         self.mappings.forget(tgid);
+        self.sharing.forget(tgid);
     }
 }
 

@@ -37,6 +37,9 @@ pub struct KernelOffsets {
     pub percpu_counter_size: u64,
     /// `offsetof(struct percpu_counter, count)` (`s64`).
     pub percpu_counter_count: u64,
+    /// `offsetof(struct pt_regs, ip)`: the user instruction pointer saved
+    /// at the last kernel entry.
+    pub pt_regs_ip: u64,
 }
 
 /// Reads [`KernelOffsets`] from the BTF file at `path`.
@@ -54,6 +57,7 @@ pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, BpfError> {
         + byte_offset(&btf, &thread, "thread_struct", "fsbase")?;
     let mm = find_struct(&btf, path, "mm_struct")?;
     let counter = find_struct(&btf, path, "percpu_counter")?;
+    let regs = find_struct(&btf, path, "pt_regs")?;
     Ok(KernelOffsets {
         fsbase: fsbase_bits,
         tgid: byte_offset(&btf, &task, "task_struct", "tgid")?,
@@ -64,6 +68,7 @@ pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, BpfError> {
         mm_rss_stat: byte_offset(&btf, &mm, "mm_struct", "rss_stat")?,
         percpu_counter_size: counter.size() as u64,
         percpu_counter_count: byte_offset(&btf, &counter, "percpu_counter", "count")?,
+        pt_regs_ip: byte_offset(&btf, &regs, "pt_regs", "ip")?,
     })
 }
 
@@ -184,6 +189,7 @@ mod tests {
         assert!(fields.iter().all(|&o| o > 0 && o < 20_000), "{offsets:?}");
         assert!(offsets.mm_rss_stat > 0, "{offsets:?}");
         assert!(offsets.percpu_counter_count < offsets.percpu_counter_size);
+        assert_eq!(offsets.pt_regs_ip, 128, "x86-64: the 17th saved register");
     }
 
     #[test]

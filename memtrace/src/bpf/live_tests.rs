@@ -219,7 +219,13 @@ fn trace_one(python: &PathBuf) {
         child.anon_growth_bytes
     );
     assert!(parent.rss_known & (1 << MM_ANONPAGES) != 0);
-    assert!(parent.page_faults >= 25_600);
+    // Growth events come as the kernel folds its per-CPU RSS deltas
+    // (batches of 32 pages or more), plus copy-on-write faults.
+    assert!(
+        parent.page_faults >= 100 * MIB / (256 << 10),
+        "{}",
+        parent.page_faults
+    );
     assert!(
         parent.mmap_bytes >= 100 * MIB,
         "the 100 MiB bytes object is mmapped"

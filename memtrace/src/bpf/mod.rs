@@ -57,17 +57,20 @@ pub mod globals {
     pub const PERCPU_COUNTER_SIZE: &str = "PERCPU_COUNTER_SIZE";
     /// `u64`: `offsetof(percpu_counter, count)`.
     pub const PERCPU_COUNTER_COUNT_OFFSET: &str = "PERCPU_COUNTER_COUNT_OFFSET";
+    /// `u64`: `offsetof(pt_regs, ip)`.
+    pub const PT_REGS_IP_OFFSET: &str = "PT_REGS_IP_OFFSET";
 }
 
 /// The classic tracepoint programs: (program name, tracefs category,
 /// tracepoint name). Program names are the `memtrace-ebpf` functions.
-const TRACEPOINTS: [(&str, &str, &str); 16] = [
+const TRACEPOINTS: [(&str, &str, &str); 17] = [
     ("sched_process_exec", "sched", "sched_process_exec"),
     ("sched_process_exit", "sched", "sched_process_exit"),
     ("sys_enter_exit_group", "syscalls", "sys_enter_exit_group"),
-    ("page_fault_user", "exceptions", "page_fault_user"),
-    ("page_fault_kernel", "exceptions", "page_fault_kernel"),
-    ("rss_stat", "kmem", "rss_stat"),
+    ("sys_enter_execve", "syscalls", "sys_enter_execve"),
+    ("sys_enter_execveat", "syscalls", "sys_enter_execveat"),
+    ("sys_exit_execve", "syscalls", "sys_exit_execve"),
+    ("sys_exit_execveat", "syscalls", "sys_exit_execveat"),
     ("sys_enter_mmap", "syscalls", "sys_enter_mmap"),
     ("sys_exit_mmap", "syscalls", "sys_exit_mmap"),
     ("sys_enter_munmap", "syscalls", "sys_enter_munmap"),
@@ -80,8 +83,15 @@ const TRACEPOINTS: [(&str, &str, &str); 16] = [
     ("sys_exit_madvise", "syscalls", "sys_exit_madvise"),
 ];
 
-/// The BTF tracepoint program (`tp_btf`) and the raw tracepoint it attaches to.
-const FORK_PROGRAM: &str = "sched_process_fork";
+/// The BTF tracepoint programs (`tp_btf`), each named after the raw
+/// tracepoint it attaches to: the fork (its child's task is an argument) and
+/// the per-page hot path, where no trace record is built.
+const BTF_TRACEPOINTS: [&str; 4] = [
+    "sched_process_fork",
+    "page_fault_user",
+    "page_fault_kernel",
+    "rss_stat",
+];
 
 /// The uprobe program attached to CPython's finalization entry points.
 const PYTHON_FINALIZE_PROGRAM: &str = "python_finalize";
@@ -280,6 +290,7 @@ impl Tracer {
                 &offsets.percpu_counter_count,
                 true,
             )
+            .override_global(globals::PT_REGS_IP_OFFSET, &offsets.pt_regs_ip, true)
             .load(EBPF_OBJECT)
             .map_err(|source| BpfError::Load {
                 source: Box::new(source),
@@ -302,9 +313,12 @@ impl Tracer {
                 .attach(category, name)
                 .map_err(|source| program_error(program, "attach", source))?;
         }
-        let fork: &mut BtfTracePoint = program_mut(&mut self.ebpf, FORK_PROGRAM)?;
-        fork.attach()
-            .map_err(|source| program_error(FORK_PROGRAM, "attach", source))?;
+        for program in BTF_TRACEPOINTS {
+            let tracepoint: &mut BtfTracePoint = program_mut(&mut self.ebpf, program)?;
+            tracepoint
+                .attach()
+                .map_err(|source| program_error(program, "attach", source))?;
+        }
         Ok(())
     }
 
@@ -452,12 +466,15 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<(), BpfError> {
             .map_err(|source| program_error(program, "load", source))?;
     }
     let btf = Btf::from_sys_fs().map_err(|source| BpfError::KernelBtf {
-        program: FORK_PROGRAM,
+        program: BTF_TRACEPOINTS[0],
         source,
     })?;
-    let fork: &mut BtfTracePoint = program_mut(ebpf, FORK_PROGRAM)?;
-    fork.load(FORK_PROGRAM, &btf)
-        .map_err(|source| program_error(FORK_PROGRAM, "load", source))?;
+    for program in BTF_TRACEPOINTS {
+        let tracepoint: &mut BtfTracePoint = program_mut(ebpf, program)?;
+        tracepoint
+            .load(program, &btf)
+            .map_err(|source| program_error(program, "load", source))?;
+    }
     let finalize: &mut UProbe = program_mut(ebpf, PYTHON_FINALIZE_PROGRAM)?;
     finalize
         .load()
@@ -515,7 +532,12 @@ mod tests {
                 "{program} missing"
             );
         }
-        assert!(object.iter().any(|name| name == FORK_PROGRAM));
+        for program in BTF_TRACEPOINTS {
+            assert!(
+                object.iter().any(|name| name == program),
+                "{program} missing"
+            );
+        }
         assert!(object.iter().any(|name| name == PYTHON_FINALIZE_PROGRAM));
     }
 
