@@ -32,6 +32,12 @@ pub struct RunMeta {
     /// Sampling interval of memory events, in bytes (see
     /// `memtrace_common::MemoryRecord`).
     pub sample_interval_bytes: u64,
+    /// Most live entries the map of held pages (`crate::held`) had at once.
+    #[serde(default)]
+    pub held_map_peak_entries: u64,
+    /// Most heap bytes it used at once (estimated from its entries).
+    #[serde(default)]
+    pub held_map_peak_bytes: u64,
 }
 
 /// Exact per-image counters kept by the kernel side
@@ -324,7 +330,7 @@ pub struct ProcessReport {
 
 impl ProcessReport {
     /// Short name of the process for tables and folded stacks (see
-    /// [`process_label`]).
+    /// `process_label`).
     pub fn label(&self) -> String {
         process_label(&self.cmdline)
     }

@@ -208,6 +208,7 @@ pub(crate) fn server_report() -> Report {
             dropped_records: 2,
             decode_errors: 0,
             sample_interval_bytes: 512 * 1024,
+            ..RunMeta::default()
         },
     )
 }

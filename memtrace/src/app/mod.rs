@@ -1,9 +1,9 @@
 //! Wires the data flow together for each command. `record` and `run`
-//! ([`session`]): load and attach the eBPF programs, add the targets, then
+//! (`session`): load and attach the eBPF programs, add the targets, then
 //! loop: drain the ring buffer and turn each record into the aggregation
-//! step's calls ([`records`]), sample the kernel's per-process counters,
-//! probe new processes for CPython ([`probing`]), show progress; on stop,
-//! diagnose and write and print the report ([`output`]). `report` replays a
+//! step's calls (`records`), sample the kernel's per-process counters,
+//! probe new processes for CPython (`probing`), show progress; on stop,
+//! diagnose and write and print the report (`output`). `report` replays a
 //! capture into the same output; `diff` is `crate::diff`.
 
 mod output;

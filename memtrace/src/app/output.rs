@@ -44,6 +44,8 @@ impl Session {
             dropped_records: self.tracer.dropped_records().unwrap_or(0),
             decode_errors: reader.decode_errors(),
             sample_interval_bytes: self.sample_interval_bytes,
+            held_map_peak_entries: self.held_map_peak.0,
+            held_map_peak_bytes: self.held_map_peak.1,
         };
         let stop = self.stop_reason;
         let (report, capture_error) = self.recorder.finish(end_ns, meta);

@@ -81,6 +81,8 @@ pub(super) struct Session {
     /// Processes missing from the kernel's map at the last tick whose exit
     /// record has not come (it may still be in the ring buffer).
     pub(super) missing: Vec<u32>,
+    /// Most entries and bytes the held-page map had at a flush.
+    pub(super) held_map_peak: (u64, u64),
     started: Instant,
     pub(super) start_ns: u64,
     pub(super) sample_interval_bytes: u64,
@@ -130,6 +132,7 @@ impl Session {
             sharing: SharingReader::default(),
             launched: None,
             missing: Vec::new(),
+            held_map_peak: (0, 0),
             started: Instant::now(),
             start_ns,
             sample_interval_bytes: common.sample_bytes,
@@ -250,6 +253,11 @@ impl Session {
     /// Sends held-at-peak changes and flushes the capture file; a write
     /// error stops the capture (one warning) while tracing goes on.
     fn flush(&mut self) {
+        let (entries, bytes) = self.recorder.held_map_size();
+        self.held_map_peak = (
+            self.held_map_peak.0.max(entries),
+            self.held_map_peak.1.max(bytes),
+        );
         self.recorder.flush();
         if let Some(err) = self.recorder.take_capture_error() {
             eprintln!(

@@ -4,8 +4,8 @@
 //! counter reads, flushed every second), read back ([`read`]) and replayed
 //! into the same [`crate::aggregate::Report`] ([`replay`],
 //! [`replay_window`]) by `memtrace report FILE` and `memtrace diff`, on any
-//! machine, without root. The format (JSON Lines, versioned header) is described in
-//! [`format`].
+//! machine, without root. The format (JSON Lines, versioned header) is
+//! described in [`format`](mod@format).
 
 pub mod format;
 mod reader;

@@ -216,8 +216,8 @@ impl<W: Write> Recorder<W> {
 
     /// A periodic counter read: kept (as [`Recorder::counters`], with the
     /// PSS/USS `read_sharing` gives, read only then) when
-    /// [`PERIODIC_COUNTERS_INTERVAL_NS`] passed since the image's latest kept
-    /// read or its RSS moved by [`PERIODIC_RSS_CHANGE_BYTES`].
+    /// `PERIODIC_COUNTERS_INTERVAL_NS` passed since the image's latest kept
+    /// read or its RSS moved by `PERIODIC_RSS_CHANGE_BYTES`.
     pub fn periodic_counters(
         &mut self,
         id: ProcessId,
@@ -369,9 +369,11 @@ impl<W: Write> Recorder<W> {
         }
     }
 
-    /// Estimated bytes the held-page map uses now.
-    pub fn held_memory_bytes(&self) -> usize {
-        self.held.stats().memory_bytes
+    /// Live entries and estimated heap bytes of the held-page map now.
+    pub fn held_map_size(&self) -> (u64, u64) {
+        let stats = self.held.stats();
+        let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        (as_u64(stats.live_entries), as_u64(stats.memory_bytes))
     }
 
     /// The capture write error that stopped the capture, once (tracing and

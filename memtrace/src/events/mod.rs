@@ -1,5 +1,5 @@
 //! Step 2 of the data flow: records leave the kernel through one BPF ring
-//! buffer; [`reader`] drains it, [`decode`] turns each record's bytes into a
+//! buffer; [`reader`] drains it, [`decode`](mod@decode) turns each record's bytes into a
 //! typed [`decode::Record`].
 
 pub mod decode;

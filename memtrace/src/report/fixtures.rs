@@ -182,6 +182,8 @@ pub(crate) fn lifecycle_report() -> Report {
             dropped_records: 0,
             decode_errors: 0,
             sample_interval_bytes: 512 * 1024,
+            held_map_peak_entries: 1_200,
+            held_map_peak_bytes: 96 * 1024,
         },
     )
 }

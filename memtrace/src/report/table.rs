@@ -473,11 +473,20 @@ pub(crate) fn frame_lines(frames: &[Frame], out: &mut dyn Write) -> io::Result<(
 fn records(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     let meta = &report.meta;
     writeln!(out)?;
-    writeln!(
+    write!(
         out,
         "Records: {} read, {} dropped (ring buffer full), {} undecodable",
-        meta.records, meta.dropped_records, meta.decode_errors
-    )
+        meta.records, meta.dropped_records, meta.decode_errors,
+    )?;
+    if meta.held_map_peak_entries > 0 {
+        write!(
+            out,
+            "; held-memory map peaked at {} ranges ({})",
+            meta.held_map_peak_entries,
+            format_bytes(meta.held_map_peak_bytes)
+        )?;
+    }
+    writeln!(out)
 }
 
 fn files(written: &WrittenFiles, out: &mut dyn Write) -> io::Result<()> {

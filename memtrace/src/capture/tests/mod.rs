@@ -90,6 +90,7 @@ fn run_meta(end_ns: u64) -> RunMeta {
         dropped_records: 1,
         decode_errors: 0,
         sample_interval_bytes: 512 * 1024,
+        ..RunMeta::default()
     }
 }
 
