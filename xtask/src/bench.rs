@@ -60,7 +60,7 @@ const WORKLOADS: [Workload; 2] = [
     Workload {
         name: "growth (1 GiB)",
         script: "tests/scripts/bench_grow.py",
-        goal_ratio: 1.3,
+        goal_ratio: 1.15,
         args: &["--mib", "1024", "--settle-mib", "0"],
         settle_args: Some(&["--mib", "0", "--settle-mib", "1434", "--hold", "0"]),
         check_growth: true,
