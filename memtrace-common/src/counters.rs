@@ -46,8 +46,11 @@ pub struct ProcessCounters {
     pub shmem_release_bytes: u64,
     /// Copy-on-write write faults times the page size.
     pub cow_fault_bytes: u64,
-    /// Page faults that made memory resident (`rss_stat` growth events) or
-    /// un-shared a page (copy-on-write): the process's paging activity.
+    /// Page faults that made a page resident or un-shared one
+    /// (copy-on-write): the process's paging activity. Counted per page
+    /// from `rss_stat` growth (the kernel folds each CPU's changes into
+    /// the counter in batches of about 32 pages, so events undercount) and
+    /// per copy-on-write fault.
     pub page_faults: u64,
     /// Bytes mapped by successful `mmap`.
     pub mmap_bytes: u64,

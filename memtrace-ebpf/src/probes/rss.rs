@@ -197,7 +197,12 @@ unsafe fn account_member(
     // SAFETY: as above.
     unsafe {
         add(growth, len_bytes);
-        add(&raw mut (*counters).page_faults, 1);
+        // Per page: one `rss_stat` growth carries a batch of per-CPU
+        // changes (about 32 pages), each page one fault.
+        add(
+            &raw mut (*counters).page_faults,
+            len_bytes / PAGE_SIZE_BYTES,
+        );
     }
     let (addr, user_regs) = take_pending_fault(tid);
     let args = MemoryEventArgs {
