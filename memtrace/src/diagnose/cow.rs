@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use crate::aggregate::{ProcessId, ProcessReport, Report, Role};
 use crate::units::format_bytes;
 
+use super::draft::{growth_too_small, too_few_readings, Draft};
 use super::{
-    function_name, growth_too_small, listed, median, paths, too_few_readings, tree, Draft, Pattern,
-    Scope, COW_FAULT_SHARE, COW_FLAT_RSS_FRACTION, MIN_GROWTH_BYTES,
+    function_name, listed, median, paths, tree, Pattern, Scope, COW_FAULT_SHARE,
+    COW_FLAT_RSS_FRACTION, MIN_GROWTH_BYTES,
 };
 
 /// How one forked worker's memory changed.

@@ -10,11 +10,10 @@
 use crate::aggregate::{ProcessReport, Report};
 use crate::units::format_bytes;
 
+use super::draft::{growth_too_small, too_few_readings, Draft};
+use super::memory::{Basis, Memory};
 use super::paths::{self, Kind, Rank};
-use super::{
-    function_name, growth_too_small, too_few_readings, Basis, Draft, Memory, Pattern, Scope,
-    FILE_BACKED_SHARE, MIN_GROWTH_BYTES,
-};
+use super::{function_name, Pattern, Scope, FILE_BACKED_SHARE, MIN_GROWTH_BYTES};
 
 /// Growth of one process image by kind of page: net (growth minus release
 /// over its life, from its exact counters) or to its high-water mark (from

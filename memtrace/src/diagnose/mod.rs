@@ -15,9 +15,12 @@
 //! grows, every worker is large, worker multiplication) in `tree`; growth in
 //! file-backed pages in `files`; per-process patterns over time (spike,
 //! retention) in `process`; what the paths' held bytes say over time (held
-//! bytes that keep rising, a burst) in `paths`. Every threshold is a named
-//! constant below; a finding whose evidence falls short of the strong
-//! thresholds is [`Strength::Weak`] and its last evidence line says why.
+//! bytes that keep rising, a burst) in `paths`. Each is built as a `draft`
+//! (evidence lines, named paths, the reasons its evidence is weak) from a
+//! process's `memory` as a finding reads it, and returned as the types of
+//! `finding`. Every threshold is a named constant below; a finding whose
+//! evidence falls short of the strong thresholds is [`Strength::Weak`] and
+//! its last evidence line says why.
 //!
 //! Rules that keep one growth from being told twice or wrongly:
 //! - a process whose growth is mostly file-backed gets a
@@ -32,7 +35,10 @@
 //!   an image an execve replaced is diagnosed on its own, never compared.
 
 mod cow;
+mod draft;
 mod files;
+mod finding;
+mod memory;
 mod paths;
 mod process;
 mod tree;
@@ -42,10 +48,12 @@ mod tests;
 
 use std::cmp::Reverse;
 
-use serde::{Deserialize, Serialize};
-
-use crate::aggregate::{Frame, ProcessId, ProcessReport, Report, RssPoint, StackId};
+use crate::aggregate::{Frame, ProcessId, ProcessReport, Report, StackId};
 use crate::units::format_bytes;
+
+use draft::{trace_too_short, Draft};
+pub use finding::{Diagnosed, Finding, Pattern, Scope, Strength};
+use memory::{Basis, Memory};
 
 /// One mebibyte, in bytes.
 const MIB: u64 = 1024 * 1024;
@@ -178,110 +186,6 @@ const STEADY_MIN_HELD_SHARE: f64 = 0.5;
 /// grew more than this many times what it held at most. 2.
 const RETOUCHED_RATIO: u64 = 2;
 
-/// A growth pattern memtrace recognises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Pattern {
-    /// One process grows while its siblings stay flat.
-    OneProcessGrows,
-    /// Every worker holds a large, stable footprint.
-    EveryWorkerLarge,
-    /// Total memory steps up with each fork: about N x the per-worker size.
-    WorkerMultiplication,
-    /// A sharp rise tied to one code path, released afterwards.
-    Spike,
-    /// Memory that stays up after activity drops, or rises while idle.
-    Retention,
-    /// RSS grew in file-backed pages (page cache of mapped files), which
-    /// the kernel can reclaim, not in the program's own memory.
-    FileBackedGrowth,
-    /// Workers' RSS stays flat while their private memory grows: pages
-    /// shared copy-on-write with the master are un-shared by writes.
-    CowUnsharing,
-    /// A process grew but fits none of the patterns above (always weak;
-    /// scope that process).
-    UnmatchedGrowth,
-    /// Nothing grew enough to explain (scope tree).
-    NoGrowth,
-}
-
-/// What a finding is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "scope", rename_all = "snake_case")]
-pub enum Scope {
-    /// The whole traced process tree.
-    Tree,
-    /// One process image.
-    Process {
-        /// Its row in the report.
-        process: ProcessId,
-        /// Its tgid.
-        tgid: u32,
-    },
-}
-
-impl Scope {
-    /// The scope of one process image.
-    fn of(p: &ProcessReport) -> Self {
-        Self::Process {
-            process: p.id,
-            tgid: p.tgid,
-        }
-    }
-}
-
-/// How sure a finding is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Strength {
-    /// The numbers clearly show the pattern.
-    Strong,
-    /// The numbers point that way but do not settle it; said so.
-    Weak,
-}
-
-/// One diagnosis, printed first in every format that carries text.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    /// Which pattern.
-    pub pattern: Pattern,
-    /// About what.
-    pub scope: Scope,
-    /// How sure.
-    pub strength: Strength,
-    /// One sentence, e.g. "worker tgid 1234 grew +120.0 MiB while its 3
-    /// sibling(s) stayed flat"; processes are named as
-    /// [`ProcessReport::name`] names them.
-    pub summary: String,
-    /// The numbers behind it, one per line (the last one says why the
-    /// evidence is weak, for a weak finding).
-    pub evidence: Vec<String>,
-    /// The code paths behind it, largest first (ids into `Report::stacks`).
-    pub paths: Vec<StackId>,
-    /// What the engineer should do next.
-    pub next_step: String,
-}
-
-/// A report with its diagnosis: what every renderer draws. It reads as the
-/// [`Report`] it holds (`Deref`); its JSON form is the report's with a
-/// `diagnosis` field added.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Diagnosed {
-    /// The aggregated report.
-    #[serde(flatten)]
-    pub report: Report,
-    /// Growth patterns found, strongest first ([`findings`]).
-    pub diagnosis: Vec<Finding>,
-}
-
-impl std::ops::Deref for Diagnosed {
-    type Target = Report;
-
-    fn deref(&self) -> &Report {
-        &self.report
-    }
-}
-
 /// Diagnoses `report` ([`findings`]).
 pub fn diagnose(report: Report) -> Diagnosed {
     let diagnosis = findings(&report);
@@ -324,129 +228,6 @@ fn scope_key(scope: Scope) -> Option<(u32, ProcessId)> {
         Scope::Tree => None,
         Scope::Process { process, tgid } => Some((tgid, process)),
     }
-}
-
-/// A finding being built: its weak reasons are kept apart until the end, and
-/// `impact_bytes` (the memory it explains) ranks it.
-#[derive(Debug)]
-struct Draft {
-    pattern: Pattern,
-    scope: Scope,
-    impact_bytes: u64,
-    summary: String,
-    evidence: Vec<String>,
-    paths: Vec<StackId>,
-    next_step: String,
-    weak_reasons: Vec<String>,
-}
-
-impl Draft {
-    /// A draft with no evidence, paths or weak reasons yet.
-    fn new(pattern: Pattern, scope: Scope, impact_bytes: u64, summary: String) -> Self {
-        Self {
-            pattern,
-            scope,
-            impact_bytes,
-            summary,
-            evidence: Vec::new(),
-            paths: Vec::new(),
-            next_step: String::new(),
-            weak_reasons: Vec::new(),
-        }
-    }
-
-    /// Records why the evidence is thin, if it is.
-    fn weak_if(&mut self, reason: Option<String>) {
-        if let Some(reason) = reason {
-            if !self.weak_reasons.contains(&reason) {
-                self.weak_reasons.push(reason);
-            }
-        }
-    }
-
-    /// Names `paths` (ids and one evidence line each) and marks the draft
-    /// weak when few samples stand behind them.
-    fn name_paths(&mut self, paths: &[PathEvidence]) {
-        for path in paths {
-            for stack in &path.stacks {
-                if !self.paths.contains(stack) {
-                    self.paths.push(*stack);
-                }
-            }
-            self.evidence.push(path.line.clone());
-        }
-        let samples: u64 = paths.iter().map(|p| p.samples).sum();
-        if paths.is_empty() {
-            self.weak_if(Some("no sampled code path explains it".to_owned()));
-        } else if samples < MIN_PATH_SAMPLES {
-            self.weak_if(Some(format!(
-                "only {samples} samples stand behind the named paths (< {MIN_PATH_SAMPLES})"
-            )));
-        }
-    }
-
-    /// The finished finding: weak when any reason was recorded, and then its
-    /// last evidence line says why (once; the summary stays one sentence).
-    fn into_finding(mut self) -> Finding {
-        let strength = if self.weak_reasons.is_empty() {
-            Strength::Strong
-        } else {
-            let reasons = self.weak_reasons.join("; ");
-            self.evidence.push(format!("weak evidence: {reasons}"));
-            Strength::Weak
-        };
-        Finding {
-            pattern: self.pattern,
-            scope: self.scope,
-            strength,
-            summary: self.summary,
-            evidence: self.evidence,
-            paths: self.paths,
-            next_step: self.next_step,
-        }
-    }
-}
-
-/// A code path named by a finding (the stacks that make it up, largest
-/// first), with its evidence line.
-#[derive(Clone, Debug)]
-struct PathEvidence {
-    stacks: Vec<StackId>,
-    samples: u64,
-    line: String,
-}
-
-/// Why the whole trace is too short for strong findings, if it is.
-fn trace_too_short(report: &Report) -> Option<String> {
-    (report.meta.duration_ns < MIN_TRACE_NS).then(|| {
-        format!(
-            "the trace lasted {} (< {})",
-            seconds(report.meta.duration_ns),
-            seconds(MIN_TRACE_NS)
-        )
-    })
-}
-
-/// Why `growth_bytes` is too little for a strong finding, if it is.
-fn growth_too_small(what: &str, growth_bytes: u64) -> Option<String> {
-    (growth_bytes < STRONG_GROWTH_BYTES).then(|| {
-        format!(
-            "{what} is {} (< {})",
-            format_bytes(growth_bytes),
-            format_bytes(STRONG_GROWTH_BYTES)
-        )
-    })
-}
-
-/// Why `p`'s RSS readings are too few, if they are.
-fn too_few_readings(p: &ProcessReport) -> Option<String> {
-    let readings = p.timeline.len();
-    (readings < MIN_TIMELINE_POINTS).then(|| {
-        format!(
-            "{} has only {readings} RSS readings (< {MIN_TIMELINE_POINTS})",
-            p.name()
-        )
-    })
 }
 
 /// `ns` as seconds with one decimal, e.g. `2.5 s`.
@@ -519,118 +300,6 @@ fn function_name(report: &Report, stack: StackId) -> String {
             _ => None,
         })
         .unwrap_or_else(|| path_name(report, stack))
-}
-
-/// Which memory of a process a per-process finding reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Basis {
-    /// Its RSS, as the process table shows it.
-    Rss,
-    /// Its RSS without file-backed pages (anonymous + shmem), for a process
-    /// whose growth is mostly file-backed: its page cache is told apart
-    /// ([`Pattern::FileBackedGrowth`]), never read as its own growth.
-    WithoutFile,
-}
-
-impl Basis {
-    /// How evidence lines name the memory.
-    fn what(self) -> &'static str {
-        match self {
-            Self::Rss => "RSS",
-            Self::WithoutFile => "RSS without file-backed pages",
-        }
-    }
-}
-
-/// One reading of a process's memory on a [`Basis`].
-#[derive(Clone, Copy, Debug)]
-struct Reading {
-    /// Since the run start.
-    t_ns: u64,
-    /// The memory on the basis.
-    bytes: u64,
-    /// Page faults plus address-space syscalls so far (cumulative).
-    activity: u64,
-}
-
-/// One process image's memory over its life (which ends where its exit
-/// began or it exec'd: the report's timelines end there), as a finding
-/// reads it. On [`Basis::Rss`] the start, end and peak are the image's
-/// [`crate::aggregate::RssSummary`], the numbers of the process table.
-#[derive(Clone, Debug)]
-struct Memory {
-    basis: Basis,
-    readings: Vec<Reading>,
-    start_bytes: u64,
-    end_bytes: u64,
-    peak_bytes: u64,
-}
-
-impl Memory {
-    /// `p`'s memory on `basis`; `None` without RSS readings.
-    fn of(p: &ProcessReport, basis: Basis) -> Option<Self> {
-        let rss = p.rss?;
-        let bytes = |pt: &RssPoint| match basis {
-            Basis::Rss => pt.rss_bytes,
-            Basis::WithoutFile => pt.rss_bytes.saturating_sub(pt.file_bytes),
-        };
-        let readings: Vec<Reading> = p
-            .timeline
-            .iter()
-            .map(|pt| Reading {
-                t_ns: pt.t_ns,
-                bytes: bytes(pt),
-                activity: pt.page_faults.saturating_add(pt.syscalls),
-            })
-            .collect();
-        let highest = readings.iter().map(|r| r.bytes).max()?;
-        let (start_bytes, end_bytes, peak_bytes) = match basis {
-            Basis::Rss => (rss.start_bytes, rss.end_bytes, rss.peak_bytes.max(highest)),
-            Basis::WithoutFile => (readings.first()?.bytes, readings.last()?.bytes, highest),
-        };
-        Some(Self {
-            basis,
-            readings,
-            start_bytes,
-            end_bytes,
-            peak_bytes,
-        })
-    }
-
-    /// `end - start`, 0 when it shrank.
-    fn growth_bytes(&self) -> u64 {
-        self.end_bytes.saturating_sub(self.start_bytes)
-    }
-
-    /// `peak - start`: how far it rose, whether or not it fell back.
-    fn rise_bytes(&self) -> u64 {
-        self.peak_bytes.saturating_sub(self.start_bytes)
-    }
-
-    /// `tgid N (`label`): RSS a -> b (peak c) over T`.
-    fn line(&self, p: &ProcessReport) -> String {
-        format!(
-            "{} (`{}`): {} {} -> {} (peak {}) over {}",
-            p.name(),
-            p.label(),
-            self.basis.what(),
-            format_bytes(self.start_bytes),
-            format_bytes(self.end_bytes),
-            format_bytes(self.peak_bytes),
-            seconds(p.traced_ns)
-        )
-    }
-}
-
-/// `exact resident anonymous growth X, released Y` from `p`'s counters.
-fn anon_counters_line(p: &ProcessReport) -> Option<String> {
-    p.counters.map(|c| {
-        format!(
-            "exact resident anonymous growth {}, released {}",
-            format_bytes(c.anon_growth_bytes),
-            format_bytes(c.anon_release_bytes)
-        )
-    })
 }
 
 /// The process whose RSS rose the most (peak minus start; the lowest tgid

@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use crate::aggregate::{Frame, MappingKind, PathReport, ProcessId, ProcessReport, Report, StackId};
 use crate::units::format_bytes;
 
+use super::draft::PathEvidence;
 use super::{
-    path_name, PathEvidence, RETOUCHED_RATIO, STEADY_MAX_BUCKET_SHARE, STEADY_MIN_BUCKETS,
-    STEADY_MIN_HELD_SHARE, STEADY_PRESENT_FRACTION, TOP_PATHS,
+    path_name, RETOUCHED_RATIO, STEADY_MAX_BUCKET_SHARE, STEADY_MIN_BUCKETS, STEADY_MIN_HELD_SHARE,
+    STEADY_PRESENT_FRACTION, TOP_PATHS,
 };
 
 /// The file a path's pages belong to, when the path ends in a file-backed

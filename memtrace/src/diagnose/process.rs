@@ -9,10 +9,11 @@
 use crate::aggregate::{ProcessReport, Report};
 use crate::units::format_bytes;
 
+use super::draft::{growth_too_small, too_few_readings, Draft};
+use super::memory::{anon_counters_line, Basis, Memory, Reading};
 use super::paths::{self, HeldRise, Kind, PathGroup, Rank};
 use super::{
-    anon_counters_line, function_name, growth_too_small, path_name, seconds, too_few_readings,
-    Basis, Draft, Memory, Pattern, Reading, Scope, IDLE_ACTIVITY_FRACTION, IDLE_GROWTH_SHARE,
+    function_name, path_name, seconds, Pattern, Scope, IDLE_ACTIVITY_FRACTION, IDLE_GROWTH_SHARE,
     MIN_GROWTH_BYTES, MIN_IDLE_NS, RETAINED_FRACTION, SPIKE_MAX_RISE_FRACTION, SPIKE_PATH_SHARE,
     SPIKE_RELEASE_FRACTION,
 };

@@ -11,10 +11,11 @@ use std::collections::BTreeMap;
 use crate::aggregate::{ProcessId, ProcessReport, Report, Role, RssPoint};
 use crate::units::{format_bytes, format_signed_bytes};
 
+use super::draft::{growth_too_small, too_few_readings, Draft, PathEvidence};
+use super::memory::{anon_counters_line, Memory};
 use super::paths::{self, HeldRise, Kind, Rank};
 use super::{
-    anon_counters_line, files, function_name, growth_too_small, listed, median, percent, seconds,
-    too_few_readings, Draft, Memory, PathEvidence, Pattern, Scope, LARGE_WORKER_BYTES,
+    files, function_name, listed, median, percent, seconds, Pattern, Scope, LARGE_WORKER_BYTES,
     MAX_WORKER_SPREAD, MIN_FORK_STEP_SHARE, MIN_GROWTH_BYTES, MULTIPLICATION_TOLERANCE,
     SIBLING_GROWTH_RATIO, STABLE_LATE_CHANGE_FRACTION,
 };

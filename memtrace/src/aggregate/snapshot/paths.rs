@@ -1,0 +1,202 @@
+//! Per-path part of the aggregation step's result: the sampled bytes of each
+//! (process image, stack) path and of each stack merged over images, and the
+//! [`Weight`] that ranks them for the diagnosis and the reporters.
+
+use serde::{Deserialize, Serialize};
+
+use memtrace_common::MemoryEvent;
+
+use crate::aggregate::{PathPoint, ProcessId, StackId};
+
+/// Sampled byte totals of memory events: estimates (sums of
+/// `weight_bytes`), per path, per process, or per time bucket of a path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledBytes {
+    /// Resident anonymous growth (`AnonGrowth`): every first touch, counted
+    /// again when freed memory is touched again.
+    pub growth_bytes: u64,
+    /// Resident file-backed growth (`FileGrowth`): page cache mapped in.
+    #[serde(default)]
+    pub file_growth_bytes: u64,
+    /// Resident shared-memory growth (`ShmemGrowth`).
+    #[serde(default)]
+    pub shmem_growth_bytes: u64,
+    /// Copy-on-write un-sharing (`CowFault`).
+    pub cow_bytes: u64,
+    /// Address space added (`Mmap`, `MremapGrow`, `BrkGrow`).
+    pub mapped_bytes: u64,
+    /// Address space removed or given back (`Munmap`, `MremapShrink`,
+    /// `BrkShrink`, `MadviseFree`).
+    pub unmapped_bytes: u64,
+    /// Change of the bytes the path holds (its sampled pages still resident,
+    /// by address; `crate::held`): summed over a path's whole life, the
+    /// bytes it holds at the end of its process image; per time bucket, the
+    /// change in that bucket (negative when it gave memory back).
+    #[serde(default)]
+    pub held_bytes: i64,
+    /// Samples summed.
+    pub samples: u64,
+}
+
+impl SampledBytes {
+    /// One sample: `weight_bytes` in the total its `event` belongs to, and
+    /// a sample count of 1 (held bytes come separately, from `crate::held`).
+    pub fn from_event(event: MemoryEvent, weight_bytes: u64) -> Self {
+        let mut bytes = Self {
+            samples: 1,
+            ..Self::default()
+        };
+        let slot = match event {
+            MemoryEvent::AnonGrowth => &mut bytes.growth_bytes,
+            MemoryEvent::FileGrowth => &mut bytes.file_growth_bytes,
+            MemoryEvent::ShmemGrowth => &mut bytes.shmem_growth_bytes,
+            MemoryEvent::CowFault => &mut bytes.cow_bytes,
+            MemoryEvent::Mmap | MemoryEvent::MremapGrow | MemoryEvent::BrkGrow => {
+                &mut bytes.mapped_bytes
+            }
+            MemoryEvent::Munmap
+            | MemoryEvent::MremapShrink
+            | MemoryEvent::BrkShrink
+            | MemoryEvent::MadviseFree => &mut bytes.unmapped_bytes,
+        };
+        *slot = weight_bytes;
+        bytes
+    }
+
+    /// A change of `delta_bytes` in the bytes a path holds (no sample).
+    pub fn held_change(delta_bytes: i64) -> Self {
+        Self {
+            held_bytes: delta_bytes,
+            ..Self::default()
+        }
+    }
+
+    /// Every first touch of resident memory: anonymous + file + shmem growth.
+    pub fn grown_bytes(&self) -> u64 {
+        self.growth_bytes
+            .saturating_add(self.file_growth_bytes)
+            .saturating_add(self.shmem_growth_bytes)
+    }
+
+    /// Bytes held (never below 0: sampling noise can take a path's sum of
+    /// changes slightly negative).
+    pub fn held_now_bytes(&self) -> u64 {
+        self.held_bytes.max(0).unsigned_abs()
+    }
+
+    /// Sums `other` into these totals (saturating).
+    pub fn merge(&mut self, other: &Self) {
+        self.growth_bytes = self.growth_bytes.saturating_add(other.growth_bytes);
+        self.file_growth_bytes = self
+            .file_growth_bytes
+            .saturating_add(other.file_growth_bytes);
+        self.shmem_growth_bytes = self
+            .shmem_growth_bytes
+            .saturating_add(other.shmem_growth_bytes);
+        self.cow_bytes = self.cow_bytes.saturating_add(other.cow_bytes);
+        self.mapped_bytes = self.mapped_bytes.saturating_add(other.mapped_bytes);
+        self.unmapped_bytes = self.unmapped_bytes.saturating_add(other.unmapped_bytes);
+        self.held_bytes = self.held_bytes.saturating_add(other.held_bytes);
+        self.samples = self.samples.saturating_add(other.samples);
+    }
+}
+
+/// Which bytes rank and weigh paths (`--weight`): flame graphs, folded
+/// stacks, speedscope and pprof are drawn with it; the table shows all three.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Weight {
+    /// Bytes held when the process's RSS was at its high-water mark.
+    #[default]
+    Peak,
+    /// Bytes held at the end (of the trace, or when the process began to
+    /// exit or exec'd).
+    End,
+    /// Every first touch, counted again when memory is freed and touched
+    /// again.
+    Grown,
+}
+
+impl Weight {
+    /// Name in tables, headers and file annotations: `held at peak`, `held at
+    /// end`, `grown`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Peak => "held at peak",
+            Self::End => "held at end",
+            Self::Grown => "grown",
+        }
+    }
+}
+
+/// One growth path: the sampled bytes one stack caused in one process image.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PathReport {
+    /// The process image the bytes belong to.
+    pub process: ProcessId,
+    /// The call stack: index into [`Report::stacks`](super::Report::stacks).
+    pub stack: StackId,
+    /// Sampled byte totals of this stack in this image (`held_bytes`: held at
+    /// the image's end).
+    pub bytes: SampledBytes,
+    /// Sampled bytes this path held when its image's RSS was at its
+    /// high-water mark.
+    pub peak_held_bytes: u64,
+    /// `bytes.grown_bytes()` as a fraction (0..=1) of the image's sampled
+    /// growth; 0 when it has none.
+    pub growth_share: f64,
+    /// `peak_held_bytes` as a fraction (0..=1) of the image's sampled bytes
+    /// held at its high-water mark; 0 when it has none.
+    pub peak_held_share: f64,
+    /// `bytes.cow_bytes` as a fraction (0..=1) of the image's sampled
+    /// copy-on-write bytes; 0 when it has none.
+    pub cow_share: f64,
+    /// This path's sampled bytes per time bucket of
+    /// [`Report::path_bucket_ns`](super::Report::path_bucket_ns), oldest
+    /// first; buckets without any change are left out.
+    #[serde(default)]
+    pub timeline: Vec<PathPoint>,
+}
+
+impl PathReport {
+    /// The bytes `weight` counts for this path.
+    pub fn weight_bytes(&self, weight: Weight) -> u64 {
+        match weight {
+            Weight::Peak => self.peak_held_bytes,
+            Weight::End => self.bytes.held_now_bytes(),
+            Weight::Grown => self.bytes.grown_bytes(),
+        }
+    }
+}
+
+/// One call stack's sampled bytes summed over every process image it ran
+/// in: the merged view of a leak that a pre-fork service repeats in each
+/// worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StackGrowthReport {
+    /// The call stack: index into [`Report::stacks`](super::Report::stacks).
+    pub stack: StackId,
+    /// Sampled byte totals of this stack, summed over images.
+    pub bytes: SampledBytes,
+    /// Bytes it held at each image's high-water mark, summed over images.
+    pub peak_held_bytes: u64,
+    /// `bytes.grown_bytes()` as a fraction (0..=1) of the sampled growth of
+    /// all traced images; 0 when there is none.
+    pub growth_share: f64,
+    /// `peak_held_bytes` as a fraction (0..=1) of all images' bytes held at
+    /// their high-water marks; 0 when there is none.
+    pub peak_held_share: f64,
+    /// Images in which this stack made memory resident, ascending.
+    pub processes: Vec<ProcessId>,
+}
+
+impl StackGrowthReport {
+    /// The bytes `weight` counts for this stack.
+    pub fn weight_bytes(&self, weight: Weight) -> u64 {
+        match weight {
+            Weight::Peak => self.peak_held_bytes,
+            Weight::End => self.bytes.held_now_bytes(),
+            Weight::Grown => self.bytes.grown_bytes(),
+        }
+    }
+}

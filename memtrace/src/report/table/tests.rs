@@ -1,0 +1,412 @@
+//! Tests of the terminal renderer: the process table, the merged and
+//! per-process path lists, the copy-on-write paths, the diagnosis and the
+//! files written, on the report fixtures and synthetic runs.
+
+use std::path::PathBuf;
+
+use memtrace_common::MemoryEvent;
+
+use super::*;
+use crate::aggregate::test_support::{native, py, sample, start, MIB};
+use crate::aggregate::{Aggregator, ProcessStart, Role, RunMeta};
+use crate::diagnose::diagnose;
+use crate::report::fixtures::lifecycle_diagnosed;
+use crate::report::fixtures::{prefork_diagnosed, server_diagnosed};
+
+fn written(weight: Weight) -> WrittenFiles {
+    WrittenFiles {
+        folded: PathBuf::from("/out/memtrace-1.folded"),
+        weight,
+        json: PathBuf::from("/out/memtrace-1.json"),
+    }
+}
+
+fn render_with(report: &Diagnosed, top: usize, weight: Weight) -> String {
+    let options = RenderOptions {
+        top,
+        weight,
+        ..RenderOptions::default()
+    };
+    let mut out = Vec::new();
+    render(report, &options, &written(Weight::Peak), &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn render_text(report: &Diagnosed, top: usize) -> String {
+    render_with(report, top, Weight::Peak)
+}
+
+/// The lines of the section whose title starts with `title`, up to the
+/// next blank line.
+fn section<'a>(text: &'a str, title: &str) -> &'a str {
+    let start = text
+        .find(&format!("\n{title}"))
+        .unwrap_or_else(|| panic!("no section {title:?} in:\n{text}"))
+        + 1;
+    let rest = &text[start..];
+    rest.find("\n\n").map_or(rest, |end| &rest[..=end])
+}
+
+/// The row of the process table whose TGID column is `column`.
+fn row<'a>(text: &'a str, column: &str) -> &'a str {
+    section(text, PROCESSES)
+        .lines()
+        .find(|l| l.get(..9).is_some_and(|c| c.trim() == column))
+        .unwrap_or_else(|| panic!("no row {column:?} in:\n{text}"))
+}
+
+const PROCESSES: &str = "Processes (one row per image";
+const MERGED: &str = "Top paths across processes";
+const PER_PROCESS: &str = "Top paths per process";
+
+#[test]
+fn process_rows_give_every_measure_and_how_each_image_ended() {
+    let text = render_text(&lifecycle_diagnosed(), 10);
+    let table = section(&text, PROCESSES);
+    let header = table.lines().nth(1).unwrap();
+    assert_eq!(
+        header,
+        "     TGID  ROLE     RSS START        END       PEAK      GROWTH    USS END        COW  \
+         PYTHON      ENDED             COMMAND"
+    );
+    assert_eq!(
+        row(&text, "201"),
+        "      201  worker    30.0 MiB   70.0 MiB   80.0 MiB   +40.0 MiB   50.0 MiB    8.0 MiB  \
+         3.12.1      exit 0 at 4.0 s   python3 -m app"
+    );
+    assert_eq!(
+        row(&text, "201#2"),
+        "    201#2  worker    30.0 MiB   60.0 MiB   60.0 MiB   +30.0 MiB   40.0 MiB    4.0 MiB  \
+         3.12.1      SIGKILL at 7.0 s  python3 -m app"
+    );
+    assert_eq!(
+        row(&text, "202.0"),
+        "    202.0  worker    30.0 MiB   90.0 MiB   90.0 MiB   +60.0 MiB   60.0 MiB        0 B  \
+         3.12.1      exec'd at 6.0 s   python3 etl.py"
+    );
+    assert_eq!(
+        row(&text, "202.1"),
+        "    202.1  worker         0 B    1.0 MiB    1.0 MiB    +1.0 MiB          -        0 B  \
+         not Python  alive             sleep 60"
+    );
+    assert_eq!(
+        row(&text, "200"),
+        "      200  root      30.0 MiB   30.0 MiB   30.0 MiB         0 B   10.0 MiB        0 B  \
+         3.12.1      alive             python3 -m app"
+    );
+    let order: Vec<&str> = table
+        .lines()
+        .skip(2)
+        .map(|l| l[..9].trim())
+        .take(5)
+        .collect();
+    assert_eq!(order, ["202.0", "201", "201#2", "202.1", "200"], "{table}");
+    assert!(
+        table.lines().nth(7).unwrap().contains(
+            "N#2: the 2nd process the kernel gave tgid N in this trace; \
+             N.1: its image after an execve (N.0 before it)"
+        ),
+        "{table}"
+    );
+    assert!(
+        text.contains(
+            "Total: 5 process images (1 root, 4 workers; at most 3 alive at once); \
+             RSS of the live processes 31.0 MiB at the end"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_reused_tgid_is_two_rows_each_with_its_own_numbers() {
+    let text = render_text(&lifecycle_diagnosed(), 10);
+    let first = row(&text, "201");
+    let second = row(&text, "201#2");
+    assert!(
+        first.contains("+40.0 MiB") && first.contains("exit 0"),
+        "{first}"
+    );
+    assert!(
+        second.contains("+30.0 MiB") && second.contains("SIGKILL"),
+        "{second}"
+    );
+}
+
+#[test]
+fn an_execd_image_is_its_own_row() {
+    let text = render_text(&lifecycle_diagnosed(), 10);
+    let before = row(&text, "202.0");
+    let after = row(&text, "202.1");
+    assert!(before.contains("exec'd at 6.0 s"), "{before}");
+    assert!(before.ends_with("python3 etl.py"), "{before}");
+    assert!(after.contains("not Python"), "{after}");
+    assert!(after.ends_with("sleep 60"), "{after}");
+}
+
+#[test]
+fn no_legend_without_reused_tgids_or_execs() {
+    let text = render_text(&server_diagnosed(), 10);
+    let table = section(&text, PROCESSES);
+    // Title, header, two rows, then the totals.
+    assert!(
+        table.lines().nth(4).unwrap().starts_with("Total: "),
+        "{table}"
+    );
+    assert!(!text.contains("N#2"), "{text}");
+}
+
+#[test]
+fn merged_paths_show_all_three_measures_ranked_by_held_at_peak() {
+    let text = render_text(&lifecycle_diagnosed(), 10);
+    let expected = "Top paths across processes (sampled, summed over processes; \
+                    ranked by bytes held at peak, share of all held at peak; \
+                    innermost frame first)\n\
+                    \x20    HELD AT PEAK   HELD AT END       GROWN   SHARE  IN\n\
+                    \x20 1.     60.0 MiB      60.0 MiB    60.0 MiB   40.0%  \
+                    1 process: tgid 202.0\n\
+                    \x20       load (etl.py:12)\n\
+                    \x20       <module> (etl.py:1)\n\
+                    \x20       native: malloc\n\
+                    \x20 2.     50.0 MiB      40.0 MiB   120.0 MiB   33.3%  \
+                    1 process: tgid 201\n\
+                    \x20       handle_job (app/jobs.py:20)\n\
+                    \x20       <module> (app/worker.py:1)\n\
+                    \x20       native: malloc\n\
+                    \x20 3.     40.0 MiB      30.0 MiB    40.0 MiB   26.7%  \
+                    2 processes: tgid 201, 201#2\n\
+                    \x20       append (app/cache.py:42)\n\
+                    \x20       <module> (app/worker.py:1)\n\
+                    \x20       native: PyList_Append\n";
+    assert_eq!(section(&text, MERGED), expected, "{text}");
+    assert!(text.find(MERGED) < text.find(PER_PROCESS), "{text}");
+    assert!(text.find("Total: 5") < text.find(MERGED), "{text}");
+}
+
+#[test]
+fn the_weight_reranks_the_paths_and_their_shares() {
+    let report = lifecycle_diagnosed();
+    let grown = render_with(&report, 10, Weight::Grown);
+    let merged = section(&grown, MERGED);
+    assert!(
+        merged.starts_with(
+            "Top paths across processes (sampled, summed over processes; \
+             ranked by bytes grown, share of all grown;"
+        ),
+        "{merged}"
+    );
+    // handle_job: 120 of 220 MiB grown.
+    assert!(
+        merged.contains(
+            "  1.     50.0 MiB      40.0 MiB   120.0 MiB   54.5%  1 process: tgid 201\n\
+             \x20       handle_job"
+        ),
+        "{merged}"
+    );
+    let end = render_with(&report, 10, Weight::End);
+    let per_process = section(&end, PER_PROCESS);
+    let ranks: Vec<&str> = per_process
+        .lines()
+        .filter(|l| l.starts_with("  ") && l.contains(". ") && l.contains("tgid"))
+        .collect();
+    // append in 201 holds nothing at the end: left out.
+    assert_eq!(
+        ranks,
+        [
+            "  1.     60.0 MiB      60.0 MiB    60.0 MiB  100.0%  tgid 202.0  python3 etl.py",
+            "  2.     50.0 MiB      40.0 MiB   120.0 MiB  100.0%  tgid 201  python3 -m app",
+            "  3.     30.0 MiB      30.0 MiB    30.0 MiB  100.0%  tgid 201#2  python3 -m app",
+        ],
+        "{per_process}"
+    );
+}
+
+#[test]
+fn per_process_paths_rank_each_image_apart() {
+    let text = render_text(&lifecycle_diagnosed(), 10);
+    let per_process = section(&text, PER_PROCESS);
+    let ranks: Vec<&str> = per_process
+        .lines()
+        .filter(|l| l.starts_with("  ") && l.contains(". ") && l.contains("tgid"))
+        .collect();
+    assert_eq!(
+        ranks,
+        [
+            "  1.     60.0 MiB      60.0 MiB    60.0 MiB  100.0%  tgid 202.0  python3 etl.py",
+            "  2.     50.0 MiB      40.0 MiB   120.0 MiB   83.3%  tgid 201  python3 -m app",
+            "  3.     30.0 MiB      30.0 MiB    30.0 MiB  100.0%  tgid 201#2  python3 -m app",
+            "  4.     10.0 MiB           0 B    10.0 MiB   16.7%  tgid 201  python3 -m app",
+        ],
+        "{per_process}"
+    );
+    assert!(
+        per_process.starts_with(
+            "Top paths per process (sampled; ranked by bytes held at peak, share of the \
+             process's held at peak; innermost frame first)\n\
+             \x20    HELD AT PEAK   HELD AT END       GROWN   SHARE  PROCESS\n"
+        ),
+        "{per_process}"
+    );
+}
+
+#[test]
+fn the_prefork_leak_ranks_by_its_total_over_workers() {
+    let text = render_text(&prefork_diagnosed(), 10);
+    let merged = section(&text, MERGED);
+    assert!(
+        merged.contains(
+            "  1.     30.0 MiB      30.0 MiB    30.0 MiB   65.2%  \
+             3 processes: tgid 101, 102, 103\n\
+             \x20       append (app/cache.py:42)"
+        ),
+        "{merged}"
+    );
+    let per_process = section(&text, PER_PROCESS);
+    assert!(
+        per_process.contains("  1.     16.0 MiB      16.0 MiB    16.0 MiB   61.5%  tgid 101"),
+        "{per_process}"
+    );
+}
+
+#[test]
+fn top_limits_the_merged_paths_and_caps_the_per_process_ones() {
+    let text = render_text(&prefork_diagnosed(), 1);
+    assert!(
+        section(&text, MERGED).contains("  1.     30.0 MiB"),
+        "{text}"
+    );
+    assert!(!section(&text, MERGED).contains("  2. "), "{text}");
+    assert!(
+        section(&text, PER_PROCESS).contains("  1.     16.0 MiB"),
+        "{text}"
+    );
+    assert!(!section(&text, PER_PROCESS).contains("  2. "), "{text}");
+
+    let text = render_text(&many_paths_report(8), 7);
+    let ranks = |title| {
+        section(&text, title)
+            .lines()
+            .filter(|l| l.contains("MiB") && l.contains("%"))
+            .count()
+    };
+    assert_eq!(ranks(MERGED), 7, "{text}");
+    assert_eq!(ranks(PER_PROCESS), MAX_PER_PROCESS_PATHS, "{text}");
+}
+
+#[test]
+fn no_path_of_the_weight_says_so_in_both_sections() {
+    let text = render_text(&many_paths_report(0), 10);
+    let none = "  none: no sampled path has bytes held at peak";
+    assert!(section(&text, MERGED).contains(none), "{text}");
+    assert!(section(&text, PER_PROCESS).contains(none), "{text}");
+}
+
+#[test]
+fn long_process_lists_are_cut_and_counted() {
+    let report = many_processes_report(11);
+    let ids: Vec<ProcessId> = (0..11).map(ProcessId).collect();
+    assert_eq!(process_list(&report, &ids[..1]), "tgid 1");
+    assert_eq!(process_list(&report, &ids[..3]), "tgid 1, 2, 3");
+    assert_eq!(
+        process_list(&report, &ids),
+        "tgid 1, 2, 3, 4, 5, 6, 7, 8, … 3 more"
+    );
+    assert_eq!(process_list(&report, &[ProcessId(99)]), "tgid ?");
+}
+
+/// One process with `n` growth paths of distinct sizes.
+fn many_paths_report(n: u32) -> Diagnosed {
+    let mut agg = Aggregator::new(0);
+    let id = agg.process_started(start(1, None, Role::Root, 0));
+    for i in 0..n {
+        let stack = [py(&format!("f{i}"), "m.py", i), native("malloc")];
+        let weight_bytes = u64::from(i + 1) * MIB;
+        let stack_id = sample(&mut agg, id, MemoryEvent::AnonGrowth, weight_bytes, &stack);
+        agg.peak_held(id, stack_id, weight_bytes);
+    }
+    diagnose(agg.finish(0, RunMeta::default()))
+}
+
+/// `n` processes with tgids 1..=n.
+fn many_processes_report(n: u32) -> Report {
+    let mut agg = Aggregator::new(0);
+    for tgid in 1..=n {
+        agg.process_started(ProcessStart {
+            ..start(tgid, None, Role::Root, 0)
+        });
+    }
+    agg.finish(0, RunMeta::default())
+}
+
+#[test]
+fn cow_paths_records_warnings_and_files_are_listed() {
+    let text = render_text(&server_diagnosed(), 10);
+    assert_eq!(
+        section(&text, "Top copy-on-write paths"),
+        "Top copy-on-write paths (sampled pages shared with the parent, un-shared by a \
+         write; share of the process's)\n\
+         \x20 1.    4.0 KiB  100.0%  tgid 101  python3 server.py\n\
+         \x20       append (app/cache.py:42)\n\
+         \x20       handle (app/views.py:10)\n\
+         \x20       <module> (server.py:1)\n\
+         \x20       native: PyList_Append\n",
+        "{text}"
+    );
+    assert!(
+        text.contains("Records: 3 read, 2 dropped (ring buffer full), 0 undecodable"),
+        "{text}"
+    );
+    assert!(
+        text.contains("warning: 2 records were dropped because the ring buffer was full"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "Folded stacks (bytes held at peak): /out/memtrace-1.folded  (flame graph: \
+             inferno-flamegraph --countname bytes /out/memtrace-1.folded > memtrace.svg)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("JSON report:   /out/memtrace-1.json\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_folded_line_names_the_files_weight() {
+    let mut out = Vec::new();
+    files(&written(Weight::Grown), &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.starts_with("Folded stacks (bytes grown): /out/memtrace-1.folded"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_diagnosis_comes_first_with_names() {
+    let report = lifecycle_diagnosed();
+    let text = render_text(&report, 10);
+    assert!(text.starts_with("Diagnosis\n  1. "), "{text}");
+    let first = &report.diagnosis[0];
+    let line = text.lines().nth(1).unwrap();
+    assert!(
+        line.contains(&text::scope_text(&report, first.scope)),
+        "{line}"
+    );
+    assert!(line.ends_with(&first.summary), "{line}");
+}
+
+#[test]
+fn deep_stacks_are_cut_and_counted() {
+    let mut frames: Vec<Frame> = (0..20).map(|i| py(&format!("f{i}"), "m.py", i)).collect();
+    frames.push(native("malloc"));
+    let mut out = Vec::new();
+    frame_lines(&frames, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), MAX_FRAMES_SHOWN + 2, "{text}");
+    assert_eq!(lines[0].trim(), "f19 (m.py:19)");
+    assert_eq!(lines[MAX_FRAMES_SHOWN].trim(), "… 8 more outer frames");
+    assert_eq!(lines[MAX_FRAMES_SHOWN + 1].trim(), "native: malloc");
+}
