@@ -23,8 +23,8 @@ mod common;
 use serde_json::Value;
 
 use common::{
-    interpreter, python_3_11, require_ebpf, stack_functions, trace_script, trace_script_expecting,
-    Trace,
+    interpreter, pyenv, python_3_11, require_ebpf, stack_functions, trace_script,
+    trace_script_expecting, Trace,
 };
 
 /// One mebibyte, in bytes.
@@ -271,6 +271,9 @@ fn a_process_that_exits_ends_at_what_it_held() {
     let row = trace.row_of(trace.workload_event("exiting")["pid"].as_u64().unwrap());
     assert_eq!(row["exit_status"]["code"], 3);
     hold_then_exit(&python, "os_exit", 4, "exit_group");
+    // Main returns first; Py_FinalizeEx waits for the thread that holds the
+    // memory, and the exit begins only after it.
+    hold_then_exit(&python, "thread", 0, "python_finalize");
     let trace = hold_then_exit(&python, "sigkill", 137, "exit");
     let row = trace.row_of(trace.workload_event("exiting")["pid"].as_u64().unwrap());
     assert_eq!(
@@ -280,9 +283,16 @@ fn a_process_that_exits_ends_at_what_it_held() {
 }
 
 #[test]
+fn a_python_3_12_process_ends_after_its_threads_before_finalization() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.12.1", "python3.12")]));
+    hold_then_exit(&python, "thread", 0, "python_finalize");
+}
+
+#[test]
 fn a_process_of_the_static_interpreter_ends_before_finalization() {
     let python = require_ebpf!(interpreter(&["/usr/bin/python3.11".into()]));
     hold_then_exit(&python, "normal", 0, "python_finalize");
+    hold_then_exit(&python, "thread", 0, "python_finalize");
 }
 
 #[test]

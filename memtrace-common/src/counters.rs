@@ -16,6 +16,20 @@ pub const MM_SWAPENTS: usize = 2;
 pub const MM_SHMEMPAGES: usize = 3;
 /// [`ProcessCounters::rss_known`] with every member known.
 pub const RSS_ALL_KNOWN: u64 = (1 << RSS_MEMBER_COUNT) - 1;
+/// [`ProcessCounters::mm`] of a child that shares its parent's address
+/// space (`CLONE_VM`) until it execs: no `mm_struct` has this address, so
+/// no `rss_stat` event is counted for it.
+pub const SHARED_PARENT_MM: u64 = u64::MAX;
+/// [`ProcessCounters::exit_flags`] bit: the image began to exit.
+pub const EXIT_BEGUN: u64 = 1 << 0;
+/// [`ProcessCounters::exit_flags`] bit: CPython entered `Py_FinalizeEx`
+/// (it still waits for non-daemon threads and runs `atexit` handlers before
+/// it frees anything).
+pub const FINALIZE_ENTERED: u64 = 1 << 1;
+/// [`ProcessCounters::exit_flags`] bit: a child forked by a traced process
+/// whose first `_PyThreadState_DeleteExcept` call (the clean-up
+/// `os.fork()` runs in the child, not finalization) has not come yet.
+pub const AFTER_FORK: u64 = 1 << 2;
 
 /// Value of [`crate::PROCESSES_MAP`]: exact counters of one image of one
 /// traced process (execve restarts them). All sizes in bytes. Counters are
@@ -71,13 +85,17 @@ pub struct ProcessCounters {
     pub syscalls: u64,
     /// Current program break (end of the heap), 0 until first seen.
     pub brk_end: u64,
-    /// Non-zero once the process began to exit (an
-    /// [`crate::ExitBeginRecord`] was sent); reset by execve.
-    pub exit_begun: u64,
+    /// Where the image is in its exit: bit [`EXIT_BEGUN`] once it began to
+    /// exit (an [`crate::ExitBeginRecord`] was sent), bit
+    /// [`FINALIZE_ENTERED`] once CPython entered `Py_FinalizeEx`, bit
+    /// [`AFTER_FORK`] from fork to its first `_PyThreadState_DeleteExcept`;
+    /// reset by execve.
+    pub exit_flags: u64,
     /// Address of the `mm_struct` the RSS values belong to; 0 until the
-    /// first `rss_stat` event. Events of another `mm` (the new image of an
-    /// execve, before `sched_process_exec` restarts the counters) are not
-    /// counted.
+    /// first `rss_stat` event, [`SHARED_PARENT_MM`] while a `CLONE_VM`
+    /// child runs in its parent's. Events of another `mm` (the new image of
+    /// an execve, before `sched_process_exec` restarts the counters; the
+    /// parent's) are not counted.
     pub mm: u64,
     /// tgid of the parent as seen at fork (0 for a process added by userspace).
     pub parent_tgid: u32,

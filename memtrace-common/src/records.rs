@@ -70,8 +70,12 @@ pub struct ForkRecord {
     /// [`crate::PROCESSES_MAP`] (and copied the parent's
     /// [`crate::PyProcessInfo`]).
     pub child_tgid: u32,
-    /// Always zero.
-    pub _pad: u32,
+    /// Non-zero when the child shares its parent's address space
+    /// (`CLONE_VM`: `vfork()`, `posix_spawn()`, as `subprocess` and
+    /// `os.system` use) until it execs: it owns no memory of its own then,
+    /// so `child_rss_bytes` are 0 and the parent's RSS changes are not
+    /// counted for it.
+    pub shares_parent_mm: u32,
     /// The child's `task_struct.start_boottime` (CLOCK_BOOTTIME ns): with the
     /// tgid, the process's identity (`/proc/PID/stat` field 22 is the same
     /// instant in clock ticks).
@@ -100,10 +104,12 @@ pub struct ExecRecord {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitBeginReason {
-    /// CPython's finalization started: a uprobe on `Py_FinalizeEx` or
-    /// `Py_Exit` (Python/pylifecycle.c: the end of `Py_RunMain` and
-    /// `sys.exit()` both pass through one of them before the interpreter
-    /// frees its objects).
+    /// CPython's finalization is about to free objects: a uprobe on
+    /// `_PyThreadState_DeleteExcept` after one on `Py_FinalizeEx` or
+    /// `Py_Exit` (3.11, 3.12; Python/pylifecycle.c: `Py_FinalizeEx` first
+    /// joins the non-daemon threads and runs the `atexit` handlers), or on
+    /// `Py_FinalizeEx`/`Py_Exit` alone where the former is not exported
+    /// (3.13+).
     PythonFinalize = 1,
     /// `exit_group(2)` was called (`syscalls:sys_enter_exit_group`): C
     /// `exit()`, `os._exit()`; after Python's finalization when there is one.
@@ -128,7 +134,8 @@ impl TryFrom<u32> for ExitBeginReason {
 /// the kernel's teardown give memory back. A process killed by a signal has
 /// no such record: its [`ExitRecord`] is taken before `exit_mm()` (Linux
 /// 6.16+ calls `trace_sched_process_exit` before it, kernel/exit.c), so its
-/// counters there are still its last ones.
+/// counters there are still its last ones (on older kernels its last
+/// periodic reading is).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExitBeginRecord {
@@ -142,7 +149,8 @@ pub struct ExitBeginRecord {
     pub counters: ProcessCounters,
 }
 
-/// `sched:sched_process_exit` with `group_dead`: the traced process is gone.
+/// `sched:sched_process_exit` of the last thread (`signal->live` reached
+/// 0): the traced process is gone.
 /// The kernel side removes it from its maps after sending this record, so
 /// a new process reusing the tgid starts fresh.
 #[repr(C)]
@@ -154,9 +162,11 @@ pub struct ExitRecord {
     /// exit, the signal number (| 0x80 with a core dump) for a fatal signal,
     /// as `wait(2)` encodes it.
     pub exit_code: u32,
-    /// Always zero.
-    pub _pad: u32,
-    /// The final counters (taken before `exit_mm()`).
+    /// Non-zero when the process's address space was already released when
+    /// the record was made (kernels before 6.16 run `sched_process_exit`
+    /// after `exit_mm()`): `counters` then hold memory after the teardown.
+    pub mm_released: u32,
+    /// The final counters (before `exit_mm()` unless `mm_released`).
     pub counters: ProcessCounters,
 }
 

@@ -29,7 +29,7 @@ pub fn traced(tgid: u32) -> Option<*mut ProcessCounters> {
 
 #[cfg(target_arch = "bpf")]
 mod imp {
-    use core::intrinsics::{atomic_or, atomic_xadd, atomic_xchg, AtomicOrdering};
+    use core::intrinsics::{atomic_and, atomic_or, atomic_xadd, atomic_xchg, AtomicOrdering};
 
     #[inline(always)]
     pub unsafe fn fetch_add(field: *mut u64, value: u64) -> u64 {
@@ -39,6 +39,11 @@ mod imp {
     #[inline(always)]
     pub unsafe fn fetch_or(field: *mut u64, value: u64) -> u64 {
         unsafe { atomic_or::<u64, u64, { AtomicOrdering::Relaxed }>(field, value) }
+    }
+
+    #[inline(always)]
+    pub unsafe fn fetch_and(field: *mut u64, value: u64) -> u64 {
+        unsafe { atomic_and::<u64, u64, { AtomicOrdering::Relaxed }>(field, value) }
     }
 
     #[inline(always)]
@@ -59,6 +64,11 @@ mod imp {
     #[inline(always)]
     pub unsafe fn fetch_or(field: *mut u64, value: u64) -> u64 {
         unsafe { AtomicU64::from_ptr(field) }.fetch_or(value, Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    pub unsafe fn fetch_and(field: *mut u64, value: u64) -> u64 {
+        unsafe { AtomicU64::from_ptr(field) }.fetch_and(value, Ordering::Relaxed)
     }
 
     #[inline(always)]
@@ -83,6 +93,15 @@ pub unsafe fn add(field: *mut u64, value: u64) {
 #[inline(always)]
 pub unsafe fn set_bits(field: *mut u64, bits: u64) -> u64 {
     unsafe { imp::fetch_or(field, bits) }
+}
+
+/// Atomically clears `bits` in the word at `field`, returning the old word.
+///
+/// # Safety
+/// As for [`add`].
+#[inline(always)]
+pub unsafe fn clear_bits(field: *mut u64, bits: u64) -> u64 {
+    unsafe { imp::fetch_and(field, !bits) }
 }
 
 /// Atomically stores `value` at `field`, returning the old value.

@@ -103,6 +103,13 @@ pub static TASK_EXIT_CODE_OFFSET: Global<u64> = Global::new(0);
 /// `offsetof(struct task_struct, start_boottime)`, from the kernel's BTF.
 #[unsafe(no_mangle)]
 pub static TASK_START_BOOTTIME_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct task_struct, signal)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static TASK_SIGNAL_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct signal_struct, live)` (`atomic_t`: threads not yet
+/// exited), from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static SIGNAL_LIVE_OFFSET: Global<u64> = Global::new(0);
 /// `offsetof(struct task_struct, mm)`, from the kernel's BTF.
 #[unsafe(no_mangle)]
 pub static TASK_MM_OFFSET: Global<u64> = Global::new(0);

@@ -9,6 +9,10 @@ for ``--hold-seconds`` and exits, still holding them, by ``--exit-mode``:
   finalization clears the module globals and so frees the objects
   (pymalloc returns its emptied arenas with ``munmap``) before the process exits;
 * ``sys_exit``: ``sys.exit(3)`` (exit code 3), finalization as for ``normal``;
+* ``thread``: ``main`` starts a non-daemon thread that does all of the above
+  and returns at once (exit code 0): the interpreter enters ``Py_FinalizeEx``
+  before anything is allocated, waits there for the thread, and frees the
+  objects only after it ended;
 * ``os_exit``: ``os._exit(4)`` (exit code 4): no finalization, nothing freed
   before the kernel tears the address space down;
 * ``sigkill``: ``os.kill(os.getpid(), SIGKILL)`` (killed by signal 9, wait
@@ -34,6 +38,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 
 from workload_common import MIB, emit, proc_status
@@ -46,7 +51,7 @@ OBJECT_PAYLOAD_BYTES = 399
 SLOT_BYTES = 8
 
 #: Exit code (``subprocess`` convention: minus the signal number when killed) of each exit mode.
-EXIT_CODES = {"normal": 0, "sys_exit": 3, "os_exit": 4, "sigkill": -signal.SIGKILL}
+EXIT_CODES = {"normal": 0, "sys_exit": 3, "os_exit": 4, "sigkill": -signal.SIGKILL, "thread": 0}
 
 #: The held memory: filled by :func:`hold_memory`, never emptied (freed only by finalization).
 _HELD: list[bytes] = []
@@ -75,8 +80,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds to hold the memory before exiting (default 2)")
     parser.add_argument("--exit-mode", choices=sorted(EXIT_CODES), default="normal",
                         help="normal: return from main (exit 0); sys_exit: sys.exit(3); os_exit: os._exit(4); "
-                             "sigkill: SIGKILL to itself (default normal)")
+                             "sigkill: SIGKILL to itself; thread: all of it in a non-daemon thread while main "
+                             "returns (exit 0) (default normal)")
     args = parser.parse_args(argv)
+    if args.exit_mode == "thread":
+        threading.Thread(target=hold_and_report, args=(args,), name="holder").start()
+        return 0
+    hold_and_report(args)
+    if args.exit_mode == "sys_exit":
+        sys.exit(3)
+    if args.exit_mode == "os_exit":
+        os._exit(4)
+    if args.exit_mode == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)  # not reached: SIGKILL cannot be caught
+    return 0
+
+
+def hold_and_report(args: argparse.Namespace) -> None:
+    """Allocate and hold ``--mib`` MiB, report ``holding``, hold, report ``exiting``."""
     start = proc_status()
     objects, held = hold_memory(int(args.mib * MIB))
     now = proc_status()
@@ -86,14 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     now = proc_status()
     emit("exiting", exit_mode=args.exit_mode, expected_exit_code=EXIT_CODES[args.exit_mode], status_start=start,
          status=now, rss_growth_bytes=now["VmRSS"] - start["VmRSS"], growth_bytes=now["RssAnon"] - start["RssAnon"])
-    if args.exit_mode == "sys_exit":
-        sys.exit(3)
-    if args.exit_mode == "os_exit":
-        os._exit(4)
-    if args.exit_mode == "sigkill":
-        os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(10)  # not reached: SIGKILL cannot be caught
-    return 0
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 //! exit bracket the teardown of the old one, which is not counted); the start of an exit
 //! (CPython's finalization, `exit_group`) freezes a process's memory as it
 //! was before teardown; `sched_process_exit` reports the exit status and the
-//! final counters and forgets the process, so a reused tgid starts fresh.
+//! final counters when the last thread exits and forgets the process, so a
+//! reused tgid starts fresh.
 
 use aya_ebpf::{
     bindings::BPF_ANY,
@@ -14,23 +15,19 @@ use aya_ebpf::{
 };
 use memtrace_common::{
     ExecRecord, ExitBeginReason, ExitBeginRecord, ExitRecord, ForkRecord, ProcessCounters,
-    RecordKind, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES, RSS_ALL_KNOWN, RSS_MEMBER_COUNT,
+    RecordKind, AFTER_FORK, EXIT_BEGUN, FINALIZE_ENTERED, MM_ANONPAGES, MM_FILEPAGES,
+    MM_SHMEMPAGES, RSS_ALL_KNOWN, RSS_MEMBER_COUNT, SHARED_PARENT_MM,
 };
 
 use crate::{
-    counters::{current_ids, swap, traced},
+    counters::{clear_bits, current_ids, set_bits, traced},
     kernel,
     maps::{
-        FOLLOW_FORKS, PROCESSES, PY_PROCESSES, TASK_EXIT_CODE_OFFSET, TASK_PID_OFFSET,
-        TASK_START_BOOTTIME_OFFSET, TASK_TGID_OFFSET,
+        FOLLOW_FORKS, PROCESSES, PY_PROCESSES, SIGNAL_LIVE_OFFSET, TASK_EXIT_CODE_OFFSET,
+        TASK_PID_OFFSET, TASK_SIGNAL_OFFSET, TASK_START_BOOTTIME_OFFSET, TASK_TGID_OFFSET,
     },
-    record::field,
     sample::{emit, header},
 };
-
-/// `sched_process_exit` field `bool group_dead` (offset 32, from
-/// /sys/kernel/tracing/events/sched/sched_process_exit/format on 6.18).
-const EXIT_GROUP_DEAD_OFFSET: usize = 32;
 
 /// BTF tracepoint `sched_process_fork(struct task_struct *parent, struct
 /// task_struct *child)` (include/trace/events/sched.h; the raw tracepoint
@@ -60,7 +57,8 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Result<(), ()> {
     }
     let start_boottime_ns: u64 = kernel::field(child, TASK_START_BOOTTIME_OFFSET.load())?;
     let mm = kernel::task_mm(child);
-    let rss_bytes = if mm == 0 {
+    let shares_parent_mm = mm != 0 && mm == kernel::task_mm(kernel::current_task());
+    let rss_bytes = if mm == 0 || shares_parent_mm {
         [0; RSS_MEMBER_COUNT]
     } else {
         kernel::mm_rss_bytes(mm)
@@ -72,6 +70,12 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Result<(), ()> {
             + rss_bytes[MM_ANONPAGES]
             + rss_bytes[MM_SHMEMPAGES],
         parent_tgid,
+        mm: if shares_parent_mm {
+            SHARED_PARENT_MM
+        } else {
+            0
+        },
+        exit_flags: AFTER_FORK,
         ..ProcessCounters::default()
     };
     // BPF_ANY: an entry left by an earlier process with this tgid (whose
@@ -92,7 +96,7 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Result<(), ()> {
     emit(ForkRecord {
         header: header(RecordKind::Fork, parent_tgid),
         child_tgid,
-        _pad: 0,
+        shares_parent_mm: u32::from(shares_parent_mm),
         child_start_boottime_ns: start_boottime_ns,
         child_rss_bytes: rss_bytes,
     });
@@ -173,12 +177,47 @@ fn set_in_execve(value: u32) {
     }
 }
 
-/// Uprobe on CPython's `Py_FinalizeEx` and `Py_Exit` (attached by userspace
-/// to the executable or libpython of each Python process it finds): the
-/// interpreter is about to free its objects.
+/// Uprobe on CPython's `Py_FinalizeEx` and `Py_Exit`, for interpreters
+/// without the [`python_finalize_teardown`] symbol (3.13+): the exit begins
+/// when finalization is entered.
 #[uprobe]
 pub fn python_finalize(_ctx: ProbeContext) -> u32 {
     exit_begins(ExitBeginReason::PythonFinalize);
+    0
+}
+
+/// Uprobe on CPython's `Py_FinalizeEx` and `Py_Exit` (3.11, 3.12): marks
+/// the process as finalizing. The exit has not begun: `Py_FinalizeEx` first
+/// waits for the non-daemon threads and runs the `atexit` handlers, which
+/// may still allocate (Python/pylifecycle.c).
+#[uprobe]
+pub fn python_finalize_entered(_ctx: ProbeContext) -> u32 {
+    let (tgid, _) = current_ids();
+    if let Some(counters) = traced(tgid) {
+        // SAFETY: live map value of a traced process.
+        unsafe { set_bits(&raw mut (*counters).exit_flags, FINALIZE_ENTERED) };
+    }
+    0
+}
+
+/// Uprobe on CPython's `_PyThreadState_DeleteExcept` (3.11, 3.12): called
+/// by `Py_FinalizeEx` once the threads are joined and the `atexit`
+/// handlers ran, right before the interpreter frees its objects; the exit
+/// begins here. It is also the first call in a child after `os.fork()`:
+/// that one is ignored, unless `Py_FinalizeEx` was seen first (either probe
+/// may be attached too late for a process's first moments; together they
+/// cover each other).
+#[uprobe]
+pub fn python_finalize_teardown(_ctx: ProbeContext) -> u32 {
+    let (tgid, _) = current_ids();
+    let Some(counters) = traced(tgid) else {
+        return 0;
+    };
+    // SAFETY: live map value of a traced process.
+    let flags = unsafe { clear_bits(&raw mut (*counters).exit_flags, AFTER_FORK) };
+    if flags & FINALIZE_ENTERED != 0 || flags & AFTER_FORK == 0 {
+        exit_begins(ExitBeginReason::PythonFinalize);
+    }
     0
 }
 
@@ -198,7 +237,7 @@ fn exit_begins(reason: ExitBeginReason) {
         return;
     };
     // SAFETY: live map value of a traced process.
-    if unsafe { swap(&raw mut (*counters).exit_begun, 1) } != 0 {
+    if unsafe { set_bits(&raw mut (*counters).exit_flags, EXIT_BEGUN) } & EXIT_BEGUN != 0 {
         return;
     }
     emit(ExitBeginRecord {
@@ -210,34 +249,36 @@ fn exit_begins(reason: ExitBeginReason) {
     });
 }
 
-/// Tracepoint `sched/sched_process_exit`, format
-/// (/sys/kernel/tracing/events/sched/sched_process_exit/format):
-/// `char comm[16]` @8, `pid_t pid` @24, `int prio` @28, `bool group_dead` @32.
-/// On 6.16+ it fires before `exit_mm()` (kernel/exit.c `do_exit`), after
-/// `tsk->exit_code` is set.
+/// Tracepoint `sched/sched_process_exit` (no field of its record is read:
+/// `group_dead` exists only from 6.16). Fires in every exiting thread after
+/// `tsk->exit_code` is set and `tsk->signal->live` decremented
+/// (kernel/exit.c `do_exit`); on 6.16+ before `exit_mm()`, before that
+/// after it.
 #[tracepoint]
-pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
-    match try_sched_process_exit(&ctx) {
+pub fn sched_process_exit(_ctx: TracePointContext) -> u32 {
+    match try_sched_process_exit() {
         Ok(()) | Err(()) => 0,
     }
 }
 
-fn try_sched_process_exit(ctx: &TracePointContext) -> Result<(), ()> {
-    // SAFETY: a bool field of the tracepoint record (format above).
-    let group_dead: u8 = unsafe { field(ctx, EXIT_GROUP_DEAD_OFFSET) };
+fn try_sched_process_exit() -> Result<(), ()> {
     let (tgid, _) = current_ids();
-    if group_dead == 0 {
-        return Ok(());
-    }
     let Some(counters) = traced(tgid) else {
         return Ok(());
     };
-    let exit_code: i32 =
-        kernel::field(kernel::current_task(), TASK_EXIT_CODE_OFFSET.load()).unwrap_or(0);
+    let task = kernel::current_task();
+    // The whole thread group is dead once `signal->live` reached 0 (two
+    // threads exiting at once may both see 0: the first one reports).
+    let signal: u64 = kernel::field(task, TASK_SIGNAL_OFFSET.load())?;
+    let live: i32 = kernel::field(signal, SIGNAL_LIVE_OFFSET.load())?;
+    if live != 0 {
+        return Ok(());
+    }
+    let exit_code: i32 = kernel::field(task, TASK_EXIT_CODE_OFFSET.load()).unwrap_or(0);
     emit(ExitRecord {
         header: header(RecordKind::Exit, tgid),
         exit_code: exit_code as u32,
-        _pad: 0,
+        mm_released: u32::from(kernel::task_mm(task) == 0),
         // SAFETY: live map value; the last thread is exiting.
         counters: unsafe { *counters },
     });

@@ -1,6 +1,6 @@
 //! Serde form of the kernel's [`ProcessCounters`] (a `no_std` type without
 //! serde) for process starts, captures and reports: zero fields left out,
-//! the kernel's own bookkeeping (`brk_end`, `exit_begun`, `mm`,
+//! the kernel's own bookkeeping (`brk_end`, `exit_flags`, `mm`,
 //! `parent_tgid`, `in_execve`) not written (read back as 0). The compiler checks the field list
 //! against the type.
 
@@ -57,7 +57,7 @@ pub(crate) struct CountersDef {
     #[serde(skip)]
     brk_end: u64,
     #[serde(skip)]
-    exit_begun: u64,
+    exit_flags: u64,
     #[serde(skip)]
     mm: u64,
     #[serde(skip)]
@@ -81,7 +81,7 @@ mod tests {
             file_growth_bytes: 4096,
             syscalls: 4,
             brk_end: 0x1000,
-            exit_begun: 1,
+            exit_flags: 1,
             parent_tgid: 9,
             mm: 77,
             ..ProcessCounters::default()
@@ -95,7 +95,7 @@ mod tests {
         let back: Wrapper = serde_json::from_str(&text).unwrap();
         let expected = ProcessCounters {
             brk_end: 0,
-            exit_begun: 0,
+            exit_flags: 0,
             parent_tgid: 0,
             mm: 0,
             ..counters

@@ -189,7 +189,8 @@ impl fmt::Display for ExitStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExitBegin {
-    /// CPython's finalization (`Py_FinalizeEx` / `Py_Exit`).
+    /// CPython's finalization, once its threads are joined and its `atexit`
+    /// handlers ran (see `memtrace_common::ExitBeginReason`).
     PythonFinalize,
     /// `exit_group(2)` (C `exit()`, `os._exit()`).
     ExitGroup,

@@ -10,31 +10,51 @@ use super::{
     Role, RssPoint, RssSummary, SampledBytes, Sharing, SharingSummary,
 };
 
+/// Least change of RSS between the last PSS/USS reading and an image's end
+/// that makes the reading stale (with [`STALE_SHARING_CHANGE_FRACTION`]).
+const STALE_SHARING_CHANGE_BYTES: u64 = 8 * 1024 * 1024;
+/// Least change, as a fraction of the end RSS, that makes it stale.
+const STALE_SHARING_CHANGE_FRACTION: f64 = 0.25;
+
 /// Running min-first/last/max of PSS and USS readings.
 #[derive(Clone, Copy, Debug)]
 struct SharingHistory {
     first: Sharing,
     last: Sharing,
     peak: Sharing,
+    /// RSS read with `last`, when known.
+    last_rss_bytes: Option<u64>,
 }
 
 impl SharingHistory {
-    fn new(reading: Sharing) -> Self {
+    fn new(reading: Sharing, rss_bytes: Option<u64>) -> Self {
         Self {
             first: reading,
             last: reading,
             peak: reading,
+            last_rss_bytes: rss_bytes,
         }
     }
 
-    fn push(&mut self, reading: Sharing) {
+    fn push(&mut self, reading: Sharing, rss_bytes: Option<u64>) {
         self.last = reading;
+        self.last_rss_bytes = rss_bytes;
         self.peak.pss_bytes = self.peak.pss_bytes.max(reading.pss_bytes);
         self.peak.uss_bytes = self.peak.uss_bytes.max(reading.uss_bytes);
     }
 
-    fn summary(&self) -> SharingSummary {
+    /// The summary for an image that ended at `end_rss_bytes`, if known.
+    fn summary(&self, end_rss_bytes: Option<u64>) -> SharingSummary {
+        let end_stale = match (self.last_rss_bytes, end_rss_bytes) {
+            (Some(read), Some(end)) => {
+                let change = read.abs_diff(end);
+                change > STALE_SHARING_CHANGE_BYTES
+                    && change as f64 > STALE_SHARING_CHANGE_FRACTION * end as f64
+            }
+            _ => false,
+        };
         SharingSummary {
+            end_stale,
             start_pss_bytes: self.first.pss_bytes,
             end_pss_bytes: self.last.pss_bytes,
             peak_pss_bytes: self.peak.pss_bytes,
@@ -150,13 +170,15 @@ impl ProcessState {
     pub(super) fn read(&mut self, t_ns: u64, counters: &ProcessCounters, sharing: Option<Sharing>) {
         self.counters = Some(*counters);
         self.peak_rss_bytes = self.peak_rss_bytes.max(counters.rss_peak_bytes);
+        let point = RssPoint::from_counters(t_ns, counters);
         if let Some(reading) = sharing {
+            let rss_bytes = point.map(|p| p.rss_bytes);
             match &mut self.sharing {
-                Some(history) => history.push(reading),
-                None => self.sharing = Some(SharingHistory::new(reading)),
+                Some(history) => history.push(reading, rss_bytes),
+                None => self.sharing = Some(SharingHistory::new(reading, rss_bytes)),
             }
         }
-        let Some(mut point) = RssPoint::from_counters(t_ns, counters) else {
+        let Some(mut point) = point else {
             return;
         };
         if let Some(history) = &self.sharing {
@@ -215,7 +237,9 @@ impl ProcessState {
             exit_status: self.exit_status,
             traced_ns: relative(ended_ns).saturating_sub(started_ns),
             rss: self.rss_summary(),
-            sharing: self.sharing.as_ref().map(SharingHistory::summary),
+            sharing: self
+                .sharing
+                .map(|s| s.summary(self.last_rss.map(|p| p.rss_bytes))),
             counters: self.counters.as_ref().map(ExactCounters::from),
             sampled,
             peak_held_bytes,

@@ -312,6 +312,28 @@ fn pss_totals_count_shared_pages_once() {
 }
 
 #[test]
+fn a_private_memory_reading_older_than_a_big_rss_change_is_not_the_end() {
+    let mut agg = Aggregator::new(0);
+    let shared = Sharing {
+        pss_bytes: 2 * MIB,
+        uss_bytes: MIB,
+    };
+    let short = agg.process_started(start_with(1, None, 0, rss(4 * MIB, 0)));
+    agg.counters(short, 10, &rss(4 * MIB, 0), Some(shared));
+    // Paced reads: none after it grew to 60 MiB.
+    agg.counters(short, 20, &rss(60 * MIB, 0), None);
+    let steady = agg.process_started(start_with(2, None, 0, rss(80 * MIB, 0)));
+    agg.counters(steady, 10, &rss(80 * MIB, 0), Some(shared));
+    agg.counters(steady, 20, &rss(70 * MIB, 0), None);
+    let report = agg.finish(100, meta());
+    let sharing = |id| report.process(id).unwrap().sharing.unwrap();
+    assert!(sharing(short).end_stale);
+    assert_eq!(sharing(short).end_uss(), None, "USS read at 4 MiB of RSS");
+    assert!(!sharing(steady).end_stale, "10 MiB is under 25% of 70 MiB");
+    assert_eq!(sharing(steady).end_uss(), Some(MIB));
+}
+
+#[test]
 fn paths_rank_by_held_at_peak_and_merge_over_workers() {
     let report = prefork_aggregator().finish(5_000, meta());
     let merged = report.top_stacks(Weight::Peak, 10);

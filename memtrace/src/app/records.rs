@@ -37,7 +37,8 @@ impl Session {
         }
     }
 
-    /// A traced process forked: the child starts from what it inherited.
+    /// A traced process forked: the child starts from what it inherited
+    /// (nothing, while it shares its parent's address space).
     fn on_fork(&mut self, fork: &ForkRecord) {
         let (parent_tgid, child) = (fork.header.tgid, fork.child_tgid);
         let counters = ProcessCounters {
@@ -53,7 +54,12 @@ impl Session {
             cmdline: proc::command_line(child),
             ts_ns: fork.header.ts_ns,
             counters,
-            sharing: self.sharing.read_now(child),
+            // smaps_rollup of a CLONE_VM child is its parent's.
+            sharing: if fork.shares_parent_mm == 0 {
+                self.sharing.read_now(child)
+            } else {
+                None
+            },
         });
         self.tree.add(child, id, Role::Worker);
         self.inherit_python(child, parent_tgid);
@@ -152,12 +158,11 @@ impl Session {
                 .python_status(process.id, PythonStatus::NotPython);
         }
         let status = ExitStatus::from_wait_status(exit.exit_code);
-        self.recorder.process_exited(
-            process.id,
-            exit.header.ts_ns,
-            Some(status),
-            Some(&exit.counters),
-        );
+        // After the teardown (kernels before 6.16) the counters are not the
+        // process's memory: its last reading is.
+        let counters = (exit.mm_released == 0).then_some(&exit.counters);
+        self.recorder
+            .process_exited(process.id, exit.header.ts_ns, Some(status), counters);
         self.forget_tgid(tgid);
     }
 

@@ -142,13 +142,18 @@ impl Session {
     }
 
     /// Starts tracing a process that already runs (a target or one of its
-    /// existing descendants), from its RSS in /proc now.
+    /// existing descendants), from its RSS in /proc now; a process already
+    /// traced (named twice, or a descendant of another target) keeps its
+    /// row.
     pub(super) fn add_running(
         &mut self,
         tgid: u32,
         parent: Option<ProcessId>,
         role: Role,
     ) -> Result<ProcessId> {
+        if let Some(id) = self.tree.id_of(tgid) {
+            return Ok(id);
+        }
         let counters = proc::initial_counters(tgid, 0)?;
         let start_time_ns = proc::start_time_ns(tgid)?;
         self.tracer.trace_process(tgid, counters)?;

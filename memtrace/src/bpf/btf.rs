@@ -30,6 +30,11 @@ pub struct KernelOffsets {
     pub start_boottime: u64,
     /// `offsetof(struct task_struct, mm)`.
     pub mm: u64,
+    /// `offsetof(struct task_struct, signal)` (`struct signal_struct *`).
+    pub signal: u64,
+    /// `offsetof(struct signal_struct, live)` (`atomic_t`: threads of the
+    /// group not yet exited; 0 once the last one is in `do_exit`).
+    pub signal_live: u64,
     /// `offsetof(struct mm_struct, rss_stat)`: `struct percpu_counter
     /// rss_stat[NR_MM_COUNTERS]` (Linux 6.2+; inside an anonymous struct).
     pub mm_rss_stat: u64,
@@ -58,6 +63,7 @@ pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, BpfError> {
     let mm = find_struct(&btf, path, "mm_struct")?;
     let counter = find_struct(&btf, path, "percpu_counter")?;
     let regs = find_struct(&btf, path, "pt_regs")?;
+    let signal = find_struct(&btf, path, "signal_struct")?;
     Ok(KernelOffsets {
         fsbase: fsbase_bits,
         tgid: byte_offset(&btf, &task, "task_struct", "tgid")?,
@@ -65,6 +71,8 @@ pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, BpfError> {
         exit_code: byte_offset(&btf, &task, "task_struct", "exit_code")?,
         start_boottime: byte_offset(&btf, &task, "task_struct", "start_boottime")?,
         mm: byte_offset(&btf, &task, "task_struct", "mm")?,
+        signal: byte_offset(&btf, &task, "task_struct", "signal")?,
+        signal_live: byte_offset(&btf, &signal, "signal_struct", "live")?,
         mm_rss_stat: byte_offset(&btf, &mm, "mm_struct", "rss_stat")?,
         percpu_counter_size: counter.size() as u64,
         percpu_counter_count: byte_offset(&btf, &counter, "percpu_counter", "count")?,
@@ -185,7 +193,12 @@ mod tests {
             offsets.fsbase > 1000 && offsets.fsbase < 20_000,
             "{offsets:?}"
         );
-        let fields = [offsets.exit_code, offsets.start_boottime, offsets.mm];
+        let fields = [
+            offsets.exit_code,
+            offsets.start_boottime,
+            offsets.mm,
+            offsets.signal,
+        ];
         assert!(fields.iter().all(|&o| o > 0 && o < 20_000), "{offsets:?}");
         assert!(offsets.mm_rss_stat > 0, "{offsets:?}");
         assert!(offsets.percpu_counter_count < offsets.percpu_counter_size);

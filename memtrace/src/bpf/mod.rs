@@ -51,6 +51,10 @@ pub mod globals {
     pub const TASK_START_BOOTTIME_OFFSET: &str = "TASK_START_BOOTTIME_OFFSET";
     /// `u64`: `offsetof(task_struct, mm)`.
     pub const TASK_MM_OFFSET: &str = "TASK_MM_OFFSET";
+    /// `u64`: `offsetof(task_struct, signal)`.
+    pub const TASK_SIGNAL_OFFSET: &str = "TASK_SIGNAL_OFFSET";
+    /// `u64`: `offsetof(signal_struct, live)`.
+    pub const SIGNAL_LIVE_OFFSET: &str = "SIGNAL_LIVE_OFFSET";
     /// `u64`: `offsetof(mm_struct, rss_stat)`.
     pub const MM_RSS_STAT_OFFSET: &str = "MM_RSS_STAT_OFFSET";
     /// `u64`: `sizeof(struct percpu_counter)`.
@@ -93,8 +97,14 @@ const BTF_TRACEPOINTS: [&str; 4] = [
     "rss_stat",
 ];
 
-/// The uprobe program attached to CPython's finalization entry points.
+/// The uprobe that begins the exit on entry to [`PYTHON_FINALIZE_SYMBOLS`]
+/// (interpreters without [`PYTHON_TEARDOWN_SYMBOL`]).
 const PYTHON_FINALIZE_PROGRAM: &str = "python_finalize";
+/// The uprobe that marks [`PYTHON_FINALIZE_SYMBOLS`] entered (the exit
+/// begins later, at [`PYTHON_TEARDOWN_SYMBOL`]).
+const PYTHON_FINALIZE_ENTERED_PROGRAM: &str = "python_finalize_entered";
+/// The uprobe on [`PYTHON_TEARDOWN_SYMBOL`].
+const PYTHON_TEARDOWN_PROGRAM: &str = "python_finalize_teardown";
 
 /// CPython functions entered when the interpreter starts to finalize
 /// (Python/pylifecycle.c): `Py_FinalizeEx` (end of `Py_RunMain`, embedders)
@@ -102,6 +112,13 @@ const PYTHON_FINALIZE_PROGRAM: &str = "python_finalize";
 /// without calling `Py_FinalizeEx`). Both are exported in `.dynsym` of
 /// libpython and of Debian's static interpreter.
 pub const PYTHON_FINALIZE_SYMBOLS: [&str; 2] = ["Py_FinalizeEx", "Py_Exit"];
+
+/// The function `Py_FinalizeEx` calls (3.11, 3.12; exported) once it has
+/// joined the non-daemon threads and run the `atexit` handlers, right
+/// before the interpreter frees its objects: where a Python process's exit
+/// begins. Also called after `os.fork()` in the child, which the BPF
+/// program ignores (finalization was not entered).
+pub const PYTHON_TEARDOWN_SYMBOL: &str = "_PyThreadState_DeleteExcept";
 
 /// Errors of loading, attaching and reading the BPF side.
 #[derive(Debug, thiserror::Error)]
@@ -279,6 +296,8 @@ impl Tracer {
                 true,
             )
             .override_global(globals::TASK_MM_OFFSET, &offsets.mm, true)
+            .override_global(globals::TASK_SIGNAL_OFFSET, &offsets.signal, true)
+            .override_global(globals::SIGNAL_LIVE_OFFSET, &offsets.signal_live, true)
             .override_global(globals::MM_RSS_STAT_OFFSET, &offsets.mm_rss_stat, true)
             .override_global(
                 globals::PERCPU_COUNTER_SIZE,
@@ -322,10 +341,12 @@ impl Tracer {
         Ok(())
     }
 
-    /// Attaches the finalization uprobe to [`PYTHON_FINALIZE_SYMBOLS`] in
-    /// `binary` (a CPython executable or libpython), once per binary, for
-    /// every process that maps it (the program ignores untraced ones). A
-    /// symbol the binary lacks is skipped; `Ok(false)` when none was found.
+    /// Attaches the finalization uprobes to `binary` (a CPython executable
+    /// or libpython), once per binary, for every process that maps it (the
+    /// programs ignore untraced ones): on [`PYTHON_TEARDOWN_SYMBOL`] and, to
+    /// mark finalization entered, on [`PYTHON_FINALIZE_SYMBOLS`]; without the
+    /// former, on [`PYTHON_FINALIZE_SYMBOLS`] alone, to begin the exit there.
+    /// `Ok(false)` when the binary has none of these symbols.
     ///
     /// # Errors
     /// [`BpfError::Program`] when attaching fails for another reason.
@@ -333,21 +354,24 @@ impl Tracer {
         if self.finalize_attached.contains(binary) {
             return Ok(true);
         }
-        let program: &mut UProbe = program_mut(&mut self.ebpf, PYTHON_FINALIZE_PROGRAM)?;
-        let mut attached = false;
-        for symbol in PYTHON_FINALIZE_SYMBOLS {
-            match program.attach(
-                UProbeAttachLocation::Symbol(symbol),
-                binary,
-                UProbeScope::AllProcesses,
-            ) {
-                Ok(_) => attached = true,
-                Err(ProgramError::UProbeError(UProbeError::SymbolError { .. })) => {}
-                Err(source) => {
-                    return Err(program_error(PYTHON_FINALIZE_PROGRAM, "attach", source))
-                }
-            }
-        }
+        let teardown = attach_uprobe(
+            &mut self.ebpf,
+            PYTHON_TEARDOWN_PROGRAM,
+            &[PYTHON_TEARDOWN_SYMBOL],
+            binary,
+        )?;
+        let entry_program = if teardown {
+            PYTHON_FINALIZE_ENTERED_PROGRAM
+        } else {
+            PYTHON_FINALIZE_PROGRAM
+        };
+        let entered = attach_uprobe(
+            &mut self.ebpf,
+            entry_program,
+            &PYTHON_FINALIZE_SYMBOLS,
+            binary,
+        )?;
+        let attached = teardown || entered;
         if attached {
             self.finalize_attached.insert(binary.to_owned());
         }
@@ -475,10 +499,41 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<(), BpfError> {
             .load(program, &btf)
             .map_err(|source| program_error(program, "load", source))?;
     }
-    let finalize: &mut UProbe = program_mut(ebpf, PYTHON_FINALIZE_PROGRAM)?;
-    finalize
-        .load()
-        .map_err(|source| program_error(PYTHON_FINALIZE_PROGRAM, "load", source))
+    for program in [
+        PYTHON_FINALIZE_PROGRAM,
+        PYTHON_FINALIZE_ENTERED_PROGRAM,
+        PYTHON_TEARDOWN_PROGRAM,
+    ] {
+        let uprobe: &mut UProbe = program_mut(ebpf, program)?;
+        uprobe
+            .load()
+            .map_err(|source| program_error(program, "load", source))?;
+    }
+    Ok(())
+}
+
+/// Attaches uprobe `program` to each of `symbols` found in `binary`;
+/// whether any was found.
+fn attach_uprobe(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    symbols: &[&str],
+    binary: &Path,
+) -> Result<bool, BpfError> {
+    let uprobe: &mut UProbe = program_mut(ebpf, program)?;
+    let mut attached = false;
+    for &symbol in symbols {
+        match uprobe.attach(
+            UProbeAttachLocation::Symbol(symbol),
+            binary,
+            UProbeScope::AllProcesses,
+        ) {
+            Ok(_) => attached = true,
+            Err(ProgramError::UProbeError(UProbeError::SymbolError { .. })) => {}
+            Err(source) => return Err(program_error(program, "attach", source)),
+        }
+    }
+    Ok(attached)
 }
 
 /// The program `name` as a `T`.

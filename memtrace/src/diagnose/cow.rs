@@ -41,8 +41,8 @@ struct Unsharing<'a> {
 }
 
 impl<'a> Unsharing<'a> {
-    /// `w`'s numbers when it is a forked worker with RSS, PSS/USS and
-    /// counters read.
+    /// `w`'s numbers when it is a forked worker with RSS, counters and a
+    /// PSS/USS reading that stands for its end.
     fn of(report: &Report, w: &'a ProcessReport) -> Option<Self> {
         if w.role != Role::Worker || w.parent.is_none() || w.previous_image.is_some() {
             return None;
@@ -54,7 +54,7 @@ impl<'a> Unsharing<'a> {
             start_uss_bytes: if forked { 0 } else { sharing.start_uss_bytes },
             first_uss_bytes: sharing.start_uss_bytes,
             forked,
-            end_uss_bytes: sharing.end_uss_bytes,
+            end_uss_bytes: sharing.end_uss()?,
             start_rss_bytes: rss.start_bytes,
             end_rss_bytes: rss.end_bytes,
             cow_fault_bytes: counters.cow_fault_bytes,

@@ -197,7 +197,7 @@ mod tests {
         let fork = ForkRecord {
             header: header(RecordKind::Fork),
             child_tgid: 99,
-            _pad: 0,
+            shares_parent_mm: 0,
             child_start_boottime_ns: 123,
             child_rss_bytes: [1, 2, 3, 4],
         };
@@ -227,7 +227,7 @@ mod tests {
         let exit = ExitRecord {
             header: header(RecordKind::Exit),
             exit_code: 3 << 8,
-            _pad: 0,
+            mm_released: 0,
             counters: counters(),
         };
         assert_eq!(decode(&bytes_of(&exec)), Ok(Record::Exec(exec)));

@@ -109,6 +109,19 @@ pub struct SharingSummary {
     pub end_uss_bytes: u64,
     /// Highest USS read.
     pub peak_uss_bytes: u64,
+    /// The last reading is not the end's: RSS moved more than
+    /// `STALE_SHARING_CHANGE_BYTES` (8 MiB) and 25% between it and the
+    /// image's end (reads are paced; a short life may have only the one at
+    /// its fork). `end_*` are then that older reading's.
+    #[serde(default)]
+    pub end_stale: bool,
+}
+
+impl SharingSummary {
+    /// USS at the end, when the last reading stands for it.
+    pub fn end_uss(&self) -> Option<u64> {
+        (!self.end_stale).then_some(self.end_uss_bytes)
+    }
 }
 
 /// One image of one traced process: from its fork, attach or execve to its

@@ -226,7 +226,8 @@ fn process_tree(report: &Report) -> String {
             .map_or_else(dash, |c| format_bytes(c.cow_fault_bytes));
         let uss = p
             .sharing
-            .map_or_else(dash, |s| format_bytes(s.end_uss_bytes));
+            .and_then(|s| s.end_uss())
+            .map_or_else(dash, format_bytes);
         let ended = text::ended_text(p);
         let indent = "&nbsp;&nbsp;&nbsp;".repeat(depth);
         let branch = if depth > 0 { "└ " } else { "" };

@@ -208,7 +208,8 @@ fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
     );
     let uss = p
         .sharing
-        .map_or_else(dash, |s| format_bytes(s.end_uss_bytes));
+        .and_then(|s| s.end_uss())
+        .map_or_else(dash, format_bytes);
     let cow = p
         .counters
         .map_or_else(dash, |c| format_bytes(c.cow_fault_bytes));
