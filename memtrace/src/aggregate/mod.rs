@@ -39,8 +39,8 @@ pub use model::{
 };
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{
-    ExactCounters, PathReport, ProcessReport, Report, RssSummary, RunMeta, SampledBytes,
-    SharingSummary, StackGrowthReport, Totals, Warning, Weight,
+    ExactCounters, PathReport, ProcessKind, ProcessReport, Report, RssSummary, RunMeta,
+    SampledBytes, SharingSummary, StackGrowthReport, Totals, Warning, Weight,
 };
 pub use stacks::StackId;
 pub use timeline::{RssPoint, MAX_TIMELINE_POINTS};
@@ -416,6 +416,7 @@ impl Aggregator {
                 )
             })
             .collect();
+        snapshot::assign_kinds(&mut reports);
         reports.sort_by_key(|p| {
             let growth = p.rss.map_or(i64::MIN, |rss| rss.growth_bytes);
             (Reverse(growth), p.id)

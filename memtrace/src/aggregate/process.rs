@@ -6,8 +6,8 @@ use memtrace_common::ProcessCounters;
 
 use super::timeline::Timeline;
 use super::{
-    ExactCounters, ExitBegin, ExitStatus, ProcessId, ProcessReport, ProcessStart, PythonStatus,
-    Role, RssPoint, RssSummary, SampledBytes, Sharing, SharingSummary,
+    ExactCounters, ExitBegin, ExitStatus, ProcessId, ProcessKind, ProcessReport, ProcessStart,
+    PythonStatus, Role, RssPoint, RssSummary, SampledBytes, Sharing, SharingSummary,
 };
 
 /// Least change of RSS between the last PSS/USS reading and an image's end
@@ -227,6 +227,8 @@ impl ProcessState {
             parent: self.parent,
             parent_tgid: self.parent_tgid,
             role: self.role,
+            // Told from the whole tree by `snapshot::assign_kinds`.
+            kind: ProcessKind::default(),
             cmdline: self.cmdline.clone(),
             python: self.python.clone(),
             started_ns,

@@ -559,3 +559,32 @@ fn the_live_view_lists_open_images_and_held_paths() {
         "paths holding nothing are left out"
     );
 }
+
+#[test]
+fn kinds_tell_masters_workers_children_and_helpers_apart() {
+    let mut agg = Aggregator::new(1_000);
+    let python = || PythonStatus::Python {
+        version: "3.12.1".to_owned(),
+    };
+    // `run -- python3 app.py` through a bash launch shim: the shim and its
+    // subshells never run Python; the shim execs the interpreter.
+    let shim = agg.process_started(start(10, None, Role::Root, 1_000));
+    agg.python_status(shim, PythonStatus::NotPython);
+    let subshell = agg.process_started(start(11, Some(shim), Role::Worker, 2_000));
+    let master = agg.process_exec(shim, 3_000, &rss(0, 0), "python3 app.py".to_owned());
+    agg.python_status(master, python());
+    let worker = agg.process_started(start(12, Some(master), Role::Worker, 4_000));
+    // A subprocess: its fork execs within a millisecond, into Python.
+    let fork = agg.process_started(start(13, Some(master), Role::Worker, 5_000));
+    agg.python_status(fork, python());
+    let child = agg.process_exec(fork, 1_000_000, &rss(0, 0), "python3 loadgen.py".to_owned());
+    agg.python_status(child, python());
+    let report = agg.finish(2_000_000_000, meta());
+    let kind = |id: ProcessId| report.process(id).unwrap().kind;
+    assert_eq!(kind(shim), ProcessKind::Helper);
+    assert_eq!(kind(subshell), ProcessKind::Helper);
+    assert_eq!(kind(master), ProcessKind::Master);
+    assert_eq!(kind(worker), ProcessKind::Worker);
+    assert_eq!(kind(fork), ProcessKind::Helper);
+    assert_eq!(kind(child), ProcessKind::Child);
+}

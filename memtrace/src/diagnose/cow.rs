@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::aggregate::{ProcessId, ProcessReport, Report, Role};
+use crate::aggregate::{ProcessId, ProcessKind, ProcessReport, Report};
 use crate::units::format_bytes;
 
 use super::draft::{growth_too_small, too_few_readings, Draft};
@@ -44,7 +44,7 @@ impl<'a> Unsharing<'a> {
     /// `w`'s numbers when it is a forked worker with RSS, counters and a
     /// PSS/USS reading that stands for its end.
     fn of(report: &Report, w: &'a ProcessReport) -> Option<Self> {
-        if w.role != Role::Worker || w.parent.is_none() || w.previous_image.is_some() {
+        if w.kind != ProcessKind::Worker || w.parent.is_none() || w.previous_image.is_some() {
             return None;
         }
         let (sharing, rss, counters) = (w.sharing?, w.rss?, w.counters?);

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::aggregate::{ProcessId, ProcessReport, Report, Role, RssPoint};
+use crate::aggregate::{ProcessId, ProcessKind, ProcessReport, Report, RssPoint};
 use crate::units::{format_bytes, format_signed_bytes};
 
 use super::draft::{growth_too_small, too_few_readings, Draft, PathEvidence};
@@ -127,7 +127,7 @@ fn sibling_groups(report: &Report) -> BTreeMap<Option<ProcessId>, Vec<&ProcessRe
     for p in report
         .processes
         .iter()
-        .filter(|p| p.rss.is_some() && p.next_image.is_none())
+        .filter(|p| p.kind == ProcessKind::Worker && p.rss.is_some() && p.next_image.is_none())
     {
         groups.entry(p.parent).or_default().push(p);
     }
@@ -188,7 +188,7 @@ fn grower_finding(
         .is_some_and(|rise: HeldRise| rise.is_steady());
     let mut summary = format!(
         "{} {} grew +{} while its {} sibling(s) stayed flat (median +{})",
-        grower.role,
+        grower.kind,
         grower.name(),
         format_bytes(growth),
         others.len(),
@@ -242,7 +242,7 @@ fn workers(report: &Report) -> Vec<&ProcessReport> {
     report
         .processes
         .iter()
-        .filter(|p| p.role == Role::Worker && p.rss.is_some() && p.next_image.is_none())
+        .filter(|p| p.kind == ProcessKind::Worker && p.rss.is_some() && p.next_image.is_none())
         .collect()
 }
 
@@ -440,7 +440,7 @@ pub(super) fn peak_tree_from(report: &Report, from_ns: u64) -> u64 {
 /// Whether `w` is a fork the trace saw: a worker's first image, forked
 /// while its parent was already being read (its start is the fork).
 pub(super) fn is_observed_fork(report: &Report, w: &ProcessReport) -> bool {
-    w.role == Role::Worker
+    w.kind == ProcessKind::Worker
         && w.rss.is_some()
         && w.previous_image.is_none()
         && w.parent

@@ -3,8 +3,9 @@
 //! scope and its code paths read, how a process image ended, and what share
 //! of all bytes of a measure a path holds.
 
-use crate::aggregate::{Frame, ProcessReport, PythonStatus, Report, StackId, Weight};
+use crate::aggregate::{Frame, ProcessKind, ProcessReport, PythonStatus, Report, StackId, Weight};
 use crate::diagnose::{Finding, Pattern, Scope, Strength};
+use crate::units::format_bytes;
 
 /// Nanoseconds per second, for times shown in seconds.
 const NS_PER_S: f64 = 1e9;
@@ -49,11 +50,13 @@ pub(crate) fn scope_text(report: &Report, scope: Scope) -> String {
 
 /// A command line where space is short (the process table, a finding's
 /// scope): whitespace collapsed, every word that is a path (holds a `/`
-/// and is not an option) cut to its file name, then cut to `max_chars`
-/// with `…`; `?` when empty. E.g. `/usr/bin/python3.11 /srv/app/worker.py
-/// --jobs 4` reads `python3.11 worker.py --jobs 4`.
+/// and is not an option) cut to its file name, then, when longer than
+/// `max_chars`, cut from the left (the interpreter goes first, the script
+/// and its arguments stay) behind `…`; `?` when empty. E.g.
+/// `/usr/bin/python3.11 /srv/app/worker.py --jobs 4` reads `python3.11
+/// worker.py --jobs 4`, and in 20 characters `… worker.py --jobs 4`.
 pub(crate) fn short_command(cmdline: &str, max_chars: usize) -> String {
-    let words: Vec<&str> = cmdline
+    let mut words: Vec<&str> = cmdline
         .split_whitespace()
         .map(|word| match word.rsplit_once('/') {
             Some((_, name)) if !word.starts_with('-') && !name.is_empty() => name,
@@ -67,9 +70,13 @@ pub(crate) fn short_command(cmdline: &str, max_chars: usize) -> String {
     if short.chars().count() <= max_chars {
         return short;
     }
-    let mut cut: String = short.chars().take(max_chars.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
+    while words.len() > 1 && words.join(" ").chars().count() + 2 > max_chars {
+        words.remove(0);
+    }
+    let tail = words.join(" ");
+    let keep = max_chars.saturating_sub(2);
+    let skip = tail.chars().count().saturating_sub(keep);
+    format!("… {}", tail.chars().skip(skip).collect::<String>())
 }
 
 /// The caveat a weak finding carries; `None` for a strong one.
@@ -202,6 +209,38 @@ pub(crate) fn ended_text(p: &ProcessReport) -> String {
     format!("{how} at {}", seconds(at_ns))
 }
 
+/// The run's totals line, as the table and the HTML page print it: images
+/// by kind, most alive at once, and the tree's RSS at the end and at its
+/// highest, e.g. `7 process images (1 master, 4 workers, 1 child, 1
+/// helper; at most 6 alive at once); RSS of the live processes 0 B at the
+/// end, highest sum 325.3 MiB`.
+pub(crate) fn totals_line(report: &Report) -> String {
+    let t = &report.totals;
+    let kinds = [
+        (ProcessKind::Master, "master", "masters"),
+        (ProcessKind::Main, "main", "mains"),
+        (ProcessKind::Worker, "worker", "workers"),
+        (ProcessKind::Child, "child", "children"),
+        (ProcessKind::Helper, "helper", "helpers"),
+    ];
+    let by_kind: Vec<String> = kinds
+        .iter()
+        .filter_map(|&(kind, one, many)| {
+            let count = report.processes.iter().filter(|p| p.kind == kind).count() as u64;
+            (count > 0).then(|| counted(count, one, many))
+        })
+        .collect();
+    format!(
+        "{} ({}; at most {} alive at once); RSS of the live processes {} at the end, highest \
+         sum {}",
+        counted(t.processes, "process image", "process images"),
+        by_kind.join(", "),
+        t.peak_live_processes,
+        format_bytes(t.live_rss_end_bytes),
+        format_bytes(t.peak_total_rss_bytes),
+    )
+}
+
 /// `count` with the singular or plural noun: `1 root`, `3 workers`.
 pub(crate) fn counted(count: u64, one: &str, many: &str) -> String {
     format!("{count} {}", if count == 1 { one } else { many })
@@ -331,7 +370,15 @@ mod tests {
             short_command("gunicorn --config=/etc/app.py app:wsgi dir/", 60),
             "gunicorn --config=/etc/app.py app:wsgi dir/"
         );
-        assert_eq!(short_command("python3 -m app", 10), "python3 -…");
+        assert_eq!(short_command("python3 -m app", 10), "… -m app");
+        assert_eq!(
+            short_command("/usr/bin/python3.11 /srv/app/worker.py --jobs 4", 20),
+            "… worker.py --jobs 4"
+        );
+        assert_eq!(
+            short_command("python3 a-very-long-script-name.py", 12),
+            "… pt-name.py"
+        );
         assert_eq!(short_command("  ", 10), "?");
     }
 

@@ -3,10 +3,12 @@
 //! flame graphs, pprof, HTML). Plain data, serde round-trippable.
 //!
 //! Here the report itself, the run's facts and its totals; by idea in
-//! submodules: [`process`] (one row per process image), [`paths`] (sampled
+//! submodules: [`process`] (one row per process image), [`kind`] (what
+//! each image is: master, worker, helper, ...), [`paths`] (sampled
 //! bytes per path and per stack, and the weights that rank them) and
 //! [`warning`] (the caveats).
 
+mod kind;
 mod paths;
 mod process;
 mod warning;
@@ -17,6 +19,8 @@ use super::buckets::INITIAL_PATH_BUCKET_NS;
 use super::stacks::frames_of;
 use super::{rank_key, Frame, ProcessId, StackId};
 
+pub(super) use kind::assign as assign_kinds;
+pub use kind::ProcessKind;
 pub use paths::{PathReport, SampledBytes, StackGrowthReport, Weight};
 pub(super) use process::process_label;
 pub use process::{ExactCounters, ProcessReport, RssSummary, SharingSummary};

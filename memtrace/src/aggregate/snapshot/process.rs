@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::kind::ProcessKind;
 use super::paths::SampledBytes;
 use crate::aggregate::{ExitBegin, ExitStatus, ProcessId, PythonStatus, Role, RssPoint};
 
@@ -150,6 +151,10 @@ pub struct ProcessReport {
     pub parent_tgid: Option<u32>,
     /// Traced on request or forked descendant.
     pub role: Role,
+    /// What the image is to a reader (master, worker, helper, ...), from
+    /// the tree's shape.
+    #[serde(default)]
+    pub kind: ProcessKind,
     /// Command line of this image.
     pub cmdline: String,
     /// Whether Python stacks could be read; `None` if never determined.

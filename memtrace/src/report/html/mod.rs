@@ -237,7 +237,7 @@ fn process_tree(report: &Report) -> String {
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td class=\"cmd\">{indent}{branch}{}</td></tr>",
             escape(&p.name()),
-            p.role,
+            p.kind,
             rss[0],
             rss[1],
             rss[2],
@@ -252,17 +252,7 @@ fn process_tree(report: &Report) -> String {
         );
     }
     let t = &report.totals;
-    let _ = write!(
-        html,
-        "</table>\n<p>{} ({}, {}; at most {} alive at once); \
-         RSS of the live processes {} at the end, highest sum {}",
-        text::counted(t.processes, "process image", "process images"),
-        text::counted(t.roots, "root", "roots"),
-        text::counted(t.workers, "worker", "workers"),
-        t.peak_live_processes,
-        format_bytes(t.live_rss_end_bytes),
-        format_bytes(t.peak_total_rss_bytes),
-    );
+    let _ = write!(html, "</table>\n<p>{}", escape(&text::totals_line(report)));
     if t.peak_total_pss_bytes > 0 {
         let _ = write!(
             html,

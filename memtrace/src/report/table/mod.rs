@@ -218,7 +218,7 @@ fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
         "{:>9}  {:<6}  {start:>10} {end:>10} {peak:>10} {growth:>11} {uss:>10} {cow:>10}  \
          {:<10}  {:<16}  {}",
         process_column(p),
-        p.role.to_string(),
+        p.kind.to_string(),
         text::python_text(p.python.as_ref(), false),
         text::ended_text(p),
         text::short_command(&p.cmdline, MAX_COMMAND_CHARS),
@@ -227,17 +227,7 @@ fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
 
 fn totals(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     let t = &report.totals;
-    writeln!(
-        out,
-        "Total: {} ({}, {}; at most {} alive at once); \
-         RSS of the live processes {} at the end, highest sum {}",
-        text::counted(t.processes, "process image", "process images"),
-        text::counted(t.roots, "root", "roots"),
-        text::counted(t.workers, "worker", "workers"),
-        t.peak_live_processes,
-        format_bytes(t.live_rss_end_bytes),
-        format_bytes(t.peak_total_rss_bytes),
-    )?;
+    writeln!(out, "Total: {}", text::totals_line(report))?;
     if t.peak_total_pss_bytes > 0 {
         writeln!(
             out,

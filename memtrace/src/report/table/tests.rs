@@ -86,12 +86,12 @@ fn process_rows_give_every_measure_and_how_each_image_ended() {
     );
     assert_eq!(
         row(&text, "202.1"),
-        "    202.1  worker         0 B    1.0 MiB    1.0 MiB    +1.0 MiB          -        0 B  \
+        "    202.1  helper         0 B    1.0 MiB    1.0 MiB    +1.0 MiB          -        0 B  \
          not Python  alive             sleep 60"
     );
     assert_eq!(
         row(&text, "200"),
-        "      200  root      30.0 MiB   30.0 MiB   30.0 MiB         0 B   10.0 MiB        0 B  \
+        "      200  master    30.0 MiB   30.0 MiB   30.0 MiB         0 B   10.0 MiB        0 B  \
          3.12.1      alive             python3 -m app"
     );
     let order: Vec<&str> = table
@@ -110,7 +110,7 @@ fn process_rows_give_every_measure_and_how_each_image_ended() {
     );
     assert!(
         text.contains(
-            "Total: 5 process images (1 root, 4 workers; at most 3 alive at once); \
+            "Total: 5 process images (1 master, 3 workers, 1 helper; at most 3 alive at once); \
              RSS of the live processes 31.0 MiB at the end"
         ),
         "{text}"

@@ -1,0 +1,108 @@
+//! Part of the aggregation step's result: what each process image is to a
+//! reader ([`ProcessKind`]: master, worker, helper, child, main), told from
+//! the traced tree's shape (who forked whom, which images exec'd) and
+//! whether the image runs Python. Worker statistics (siblings, "every worker
+//! is large", multiplication) read only [`ProcessKind::Worker`] images, so a
+//! shell, a launch shim or a load generator never counts as a worker.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::ProcessReport;
+use crate::aggregate::{PythonStatus, Role};
+
+/// A forked image that exec'd within this long of its fork is the fork of a
+/// subprocess (`subprocess.Popen`, `os.posix_spawn`), not a worker that
+/// later ran another program. 1 s.
+const PRE_EXEC_NS: u64 = 1_000_000_000;
+
+/// What a process image is, as a reader of a service's process tree names it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessKind {
+    /// A traced root (or its image after an exec) with at least one worker.
+    Master,
+    /// A traced root (or its image after an exec) without workers: the
+    /// program itself.
+    #[default]
+    Main,
+    /// A forked child that keeps running its parent's Python program (no
+    /// exec): a pre-fork server's worker, a `multiprocessing` fork child.
+    Worker,
+    /// A Python program a traced process started (a child's image after an
+    /// exec that runs Python): a subprocess, a load generator.
+    Child,
+    /// An image that never runs Python: a shell, a launch shim
+    /// (`pyenv`'s bash), `sh -c`, the short-lived fork of a subprocess
+    /// before its exec.
+    Helper,
+}
+
+impl fmt::Display for ProcessKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Master => "master",
+            Self::Main => "main",
+            Self::Worker => "worker",
+            Self::Child => "child",
+            Self::Helper => "helper",
+        })
+    }
+}
+
+/// Sets [`ProcessReport::kind`] of every image of `reports` (a whole run's
+/// images, in any order): helpers first (no Python), then workers (forked
+/// Python images that did not exec), then each root image is a master when a
+/// worker's parent is one of its process's images.
+pub(in crate::aggregate) fn assign(reports: &mut [ProcessReport]) {
+    let python: Vec<bool> = reports.iter().map(|p| runs_python(p, reports)).collect();
+    for (p, is_python) in reports.iter_mut().zip(&python) {
+        p.kind = leaf_kind(p, *is_python);
+    }
+    let worker_parents: HashSet<u32> = reports
+        .iter()
+        .filter(|p| p.kind == ProcessKind::Worker)
+        .filter_map(|p| p.parent_tgid)
+        .collect();
+    for p in reports.iter_mut().filter(|p| p.kind == ProcessKind::Main) {
+        if worker_parents.contains(&p.tgid) {
+            p.kind = ProcessKind::Master;
+        }
+    }
+}
+
+/// The kind of `p` before masters are told apart from mains.
+fn leaf_kind(p: &ProcessReport, is_python: bool) -> ProcessKind {
+    match (p.role, is_python) {
+        (_, false) => ProcessKind::Helper,
+        (Role::Root, true) => ProcessKind::Main,
+        // The fork of a subprocess, soon replaced by its exec: not a worker.
+        (Role::Worker, true)
+            if p.image == 0 && p.exec_ns.is_some() && p.traced_ns < PRE_EXEC_NS =>
+        {
+            ProcessKind::Helper
+        }
+        (Role::Worker, true) if p.image == 0 => ProcessKind::Worker,
+        (Role::Worker, true) => ProcessKind::Child,
+    }
+}
+
+/// Whether image `p` runs Python: its probed status says so; an image never
+/// probed (it lived too briefly, or no probe could tell) counts as Python
+/// unless it is the fork of an image known not to run Python (the subshells
+/// of a shell or of a launch shim).
+fn runs_python(p: &ProcessReport, reports: &[ProcessReport]) -> bool {
+    match &p.python {
+        Some(PythonStatus::Python { .. } | PythonStatus::Unsupported { .. }) => true,
+        Some(PythonStatus::NotPython) => false,
+        None => {
+            let parent = p
+                .parent
+                .filter(|_| p.image == 0)
+                .and_then(|parent| reports.iter().find(|r| r.id == parent));
+            !parent.is_some_and(|parent| parent.python == Some(PythonStatus::NotPython))
+        }
+    }
+}
