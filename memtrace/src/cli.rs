@@ -102,6 +102,11 @@ pub struct RenderArgs {
     /// freed memory is touched again).
     #[arg(long, value_enum, default_value_t = WeightArg::Peak)]
     pub weight: WeightArg,
+    /// Print every finding, process by process, with the numbers behind it
+    /// above the process table (by default the terminal ends with the
+    /// verdict: one entry per cause; the JSON and HTML always hold both).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 /// `--weight` values.

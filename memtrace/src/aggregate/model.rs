@@ -79,6 +79,50 @@ impl fmt::Display for Frame {
     }
 }
 
+impl Frame {
+    /// Whether this is a Python frame of the user's own code: not the
+    /// standard library, an installed package (a file under a
+    /// `lib/pythonX.Y/` or `site-packages`/`dist-packages` folder) or a
+    /// frozen module (`<frozen importlib._bootstrap>`). Native, mapping
+    /// and unknown frames are not.
+    pub fn is_user_code(&self) -> bool {
+        match self {
+            Self::Python { file, .. } => {
+                !file.starts_with('<')
+                    && !file.contains("/lib/python")
+                    && !file.contains("/lib64/python")
+                    && !file.contains("site-packages/")
+                    && !file.contains("dist-packages/")
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether this frame is CPython's import machinery (the frozen
+    /// `importlib._bootstrap` modules): memory grown under it is what an
+    /// `import` loads (code objects, module state), not what a request keeps.
+    pub fn is_import_machinery(&self) -> bool {
+        matches!(self, Self::Python { file, .. } if file.starts_with("<frozen importlib"))
+    }
+
+    /// `function (file name:line)` for a Python frame (the file cut to its
+    /// last component, as people say it: `render_report (app.py:84)`), else
+    /// the frame as [`Display`](fmt::Display) writes it.
+    pub fn short(&self) -> String {
+        match self {
+            Self::Python {
+                function,
+                file,
+                line,
+            } => {
+                let name = file.rsplit('/').next().unwrap_or(file);
+                format!("{function} ({name}:{line})")
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 impl From<PyLocation> for Frame {
     /// The Python frame at `location`.
     fn from(location: PyLocation) -> Self {

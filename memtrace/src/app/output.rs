@@ -86,6 +86,7 @@ pub(super) fn render_options(args: &RenderArgs) -> RenderOptions {
             WeightArg::End => Weight::End,
             WeightArg::Grown => Weight::Grown,
         },
+        verbose: args.verbose,
     }
 }
 

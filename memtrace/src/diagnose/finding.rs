@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Cause;
 use crate::aggregate::{ProcessId, ProcessReport, Report, StackId};
 
 /// A growth pattern memtrace recognises.
@@ -100,6 +101,10 @@ pub struct Diagnosed {
     pub report: Report,
     /// Growth patterns found, strongest first ([`findings`](super::findings)).
     pub diagnosis: Vec<Finding>,
+    /// The findings grouped by cause, most important first
+    /// ([`causes`](super::causes::causes)): what the verdict shows.
+    #[serde(default)]
+    pub causes: Vec<Cause>,
 }
 
 impl std::ops::Deref for Diagnosed {

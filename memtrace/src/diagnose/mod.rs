@@ -34,6 +34,7 @@
 //! - siblings are the last images of processes with the same parent image:
 //!   an image an execve replaced is diagnosed on its own, never compared.
 
+mod causes;
 mod cow;
 mod draft;
 mod files;
@@ -51,6 +52,8 @@ use std::cmp::Reverse;
 use crate::aggregate::{Frame, ProcessId, ProcessReport, Report, StackId};
 use crate::units::format_bytes;
 
+pub(crate) use causes::place_frame;
+pub use causes::{Cause, Place};
 use draft::{trace_too_short, Draft};
 pub use finding::{Diagnosed, Finding, Pattern, Scope, Strength};
 use memory::{Basis, Memory};
@@ -186,10 +189,15 @@ const STEADY_MIN_HELD_SHARE: f64 = 0.5;
 /// grew more than this many times what it held at most. 2.
 const RETOUCHED_RATIO: u64 = 2;
 
-/// Diagnoses `report` ([`findings`]).
+/// Diagnoses `report`: its [`findings`], grouped into [`causes::causes`].
 pub fn diagnose(report: Report) -> Diagnosed {
     let diagnosis = findings(&report);
-    Diagnosed { report, diagnosis }
+    let causes = causes::causes(&report, &diagnosis);
+    Diagnosed {
+        report,
+        diagnosis,
+        causes,
+    }
 }
 
 /// Classifies the report's processes and tree. Always returns at least one
@@ -288,18 +296,14 @@ fn path_name(report: &Report, stack: StackId) -> String {
         .map_or_else(|| "?".to_owned(), ToString::to_string)
 }
 
-/// The function name of a stack's innermost Python frame (for sentences),
-/// else [`path_name`].
+/// The function a reader would change for a stack (for sentences): that
+/// of its innermost frame of the user's own code, else of its innermost
+/// Python frame ([`place_frame`]), else [`path_name`].
 fn function_name(report: &Report, stack: StackId) -> String {
-    report
-        .frames(stack)
-        .iter()
-        .rev()
-        .find_map(|f| match f {
-            Frame::Python { function, .. } => Some(function.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| path_name(report, stack))
+    match place_frame(report.frames(stack)) {
+        Frame::Python { function, .. } => function.clone(),
+        _ => path_name(report, stack),
+    }
 }
 
 /// The process whose RSS rose the most (peak minus start; the lowest tgid

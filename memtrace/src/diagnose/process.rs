@@ -6,7 +6,7 @@
 //! activity (page faults and address-space syscalls between readings) and
 //! the bytes its paths hold.
 
-use crate::aggregate::{ProcessReport, Report};
+use crate::aggregate::{Frame, ProcessReport, Report};
 use crate::units::format_bytes;
 
 use super::draft::{growth_too_small, too_few_readings, Draft};
@@ -298,7 +298,20 @@ fn retention(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draf
          caches, a reused buffer) that stops at its size"
             .to_owned()
     }));
+    let import_time = top.is_some_and(|g| {
+        report
+            .frames(g.top_stack())
+            .iter()
+            .any(Frame::is_import_machinery)
+    });
     draft.next_step = match (&top_function, steady.is_empty()) {
+        (Some(function), true) if import_time => format!(
+            "nothing to bound: this is what the imports in {function} loaded (modules, their \
+             code and data: {} at the end), kept for the process's life; if it matters, import \
+             rarely used modules lazily, or import them in the master before it forks so \
+             workers share them",
+            format_bytes(top.map_or(0, |g| g.held_end_bytes))
+        ),
         (Some(function), false) => format!(
             "find what keeps the references {function} creates, and bound that cache \
              (a size limit or expiry) so idle memory falls back"

@@ -28,7 +28,7 @@ fn data_dir() -> PathBuf {
 
 /// Compares `actual` with `tests/data/<name>`, or writes it there when
 /// `MEMTRACE_BLESS` is set.
-fn check_golden(name: &str, actual: &[u8]) {
+pub(crate) fn check_golden(name: &str, actual: &[u8]) {
     let path = data_dir().join(name);
     if std::env::var_os("MEMTRACE_BLESS").is_some() {
         std::fs::create_dir_all(data_dir()).unwrap();

@@ -16,13 +16,14 @@ pub(crate) mod fixtures;
 pub mod flamegraph;
 pub mod folded;
 #[cfg(test)]
-mod golden;
+pub(crate) mod golden;
 pub mod html;
 pub mod json;
 pub mod pprof;
 pub mod speedscope;
 pub mod table;
 mod text;
+pub(crate) mod verdict;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -60,6 +61,9 @@ pub struct RenderOptions {
     pub top: usize,
     /// Which bytes weigh and rank paths.
     pub weight: Weight,
+    /// The terminal table prints every finding with its evidence above the
+    /// process table, not only the verdict.
+    pub verbose: bool,
 }
 
 impl Default for RenderOptions {
@@ -70,6 +74,7 @@ impl Default for RenderOptions {
             inverted: false,
             top: 10,
             weight: Weight::Peak,
+            verbose: false,
         }
     }
 }

@@ -12,7 +12,7 @@
 
 use std::io::{self, Write};
 
-use super::{text, RenderOptions, WrittenFiles};
+use super::{text, verdict, RenderOptions, WrittenFiles};
 use crate::aggregate::{
     Frame, PathReport, ProcessId, ProcessReport, Report, SampledBytes, StackGrowthReport, Weight,
 };
@@ -36,14 +36,16 @@ const MAX_TGIDS_SHOWN: usize = 8;
 /// Nanoseconds per second, for durations shown in seconds.
 const NS_PER_S: f64 = 1e9;
 
-/// Writes the terminal summary of `report` to `out`: the diagnosis, a
-/// header line, the process table (sorted by RSS growth), the run totals,
-/// the `options.top` paths merged across processes, the `min(top, 5)`
-/// largest (process, stack) paths (that many in total, not per process),
-/// both ranked by `options.weight` and showing all three measures, and the
-/// `top` copy-on-write paths (each with its frames, innermost Python frame
-/// first and the native frame under them), the record counts, the warnings
-/// and the paths of `written`.
+/// Writes the terminal summary of `report` to `out`: with
+/// `options.verbose` every finding first, then a header line, the process
+/// table (sorted by RSS growth), the run totals, the `options.top` paths
+/// merged across processes, the `min(top, 5)` largest (process, stack)
+/// paths (that many in total, not per process), both ranked by
+/// `options.weight` and showing all three measures, and the `top`
+/// copy-on-write paths (each with its frames, innermost Python frame first
+/// and the native frame under them), the record counts, the warnings, the
+/// paths of `written`, and last the verdict (one entry per cause: what
+/// stays on the screen).
 ///
 /// # Errors
 /// Any error of `out` (e.g. a closed pipe).
@@ -53,8 +55,9 @@ pub fn render(
     written: &WrittenFiles,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    render_summary(report, options, out)?;
-    files(written, out)
+    details(report, options, out)?;
+    files(written, out)?;
+    verdict(report, out)
 }
 
 /// [`render`] without the lines naming the report files.
@@ -66,8 +69,16 @@ pub fn render_summary(
     options: &RenderOptions,
     out: &mut dyn Write,
 ) -> io::Result<()> {
+    details(report, options, out)?;
+    verdict(report, out)
+}
+
+/// Everything above the verdict.
+fn details(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) -> io::Result<()> {
     let (top, weight) = (options.top, options.weight);
-    diagnosis(report, out)?;
+    if options.verbose {
+        diagnosis(report, out)?;
+    }
     header(report, out)?;
     processes(report, out)?;
     totals(report, out)?;
@@ -77,6 +88,19 @@ pub fn render_summary(
     records(report, out)?;
     for warning in &report.warnings {
         writeln!(out, "warning: {warning}")?;
+    }
+    Ok(())
+}
+
+/// A blank line, then the verdict; nothing when the report was not
+/// diagnosed.
+fn verdict(report: &Diagnosed, out: &mut dyn Write) -> io::Result<()> {
+    if report.causes.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    for line in verdict::lines(report) {
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }

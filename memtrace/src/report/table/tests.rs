@@ -367,7 +367,7 @@ fn cow_paths_records_warnings_and_files_are_listed() {
         "{text}"
     );
     assert!(
-        text.ends_with("JSON report:   /out/memtrace-1.json\n"),
+        text.contains("JSON report:   /out/memtrace-1.json\n\nVerdict: "),
         "{text}"
     );
 }
@@ -384,9 +384,15 @@ fn the_folded_line_names_the_files_weight() {
 }
 
 #[test]
-fn the_diagnosis_comes_first_with_names() {
+fn verbose_puts_every_finding_first_with_names() {
     let report = lifecycle_diagnosed();
-    let text = render_text(&report, 10);
+    let options = RenderOptions {
+        verbose: true,
+        ..RenderOptions::default()
+    };
+    let mut out = Vec::new();
+    render(&report, &options, &written(Weight::Peak), &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
     assert!(text.starts_with("Diagnosis\n  1. "), "{text}");
     let first = &report.diagnosis[0];
     let line = text.lines().nth(1).unwrap();
@@ -409,4 +415,22 @@ fn deep_stacks_are_cut_and_counted() {
     assert_eq!(lines[0].trim(), "f19 (m.py:19)");
     assert_eq!(lines[MAX_FRAMES_SHOWN].trim(), "… 8 more outer frames");
     assert_eq!(lines[MAX_FRAMES_SHOWN + 1].trim(), "native: malloc");
+}
+
+#[test]
+fn the_verdict_comes_last_and_fits_one_screen() {
+    let report = prefork_diagnosed();
+    let text = render_text(&report, 10);
+    assert!(!text.contains("Diagnosis\n"), "{text}");
+    let verdict = &text[text.rfind("\nVerdict: ").expect("a verdict") + 1..];
+    assert!(
+        verdict.lines().count() <= verdict::MAX_VERDICT_LINES,
+        "{verdict}"
+    );
+    // The fixture has no RSS readings: one weak tree-wide cause, named.
+    assert!(
+        verdict.contains("  1. no growth in the process tree (3 workers)\n"),
+        "{verdict}"
+    );
+    assert!(verdict.ends_with(&format!("next:     {}\n", report.causes[0].next_step)));
 }

@@ -1776,3 +1776,5 @@ fn the_diagnosis_round_trips_through_json() {
     assert_eq!(back.report.processes, diagnosed.report.processes);
     assert_eq!(findings(&back.report), diagnosed.diagnosis);
 }
+
+mod verdicts;

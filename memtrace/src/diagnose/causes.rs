@@ -1,0 +1,297 @@
+//! Last part of the diagnosis step: the findings grouped into [`Cause`]s,
+//! one per cause rather than one per process. A pre-fork service leaking
+//! through one cache shows the same retention in every worker; that is one
+//! cause ("4 workers retain memory via `render_report`"), with the places in
+//! the user's own code that hold the memory, summed over those processes.
+//!
+//! Findings about single processes are one cause when they have the same
+//! pattern, the same strength, and their largest path starts in the same
+//! function of the user's code (see [`Frame::is_user_code`]); a finding
+//! about the whole tree is a cause of its own.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::{Frame, PathReport, ProcessId, ProcessKind, Report, StackId};
+
+use super::{Finding, Pattern, Scope, Strength};
+
+/// Places named per cause.
+const MAX_PLACES: usize = 2;
+
+/// One cause of growth: findings of one pattern about the same code, over
+/// every process that shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cause {
+    /// Which pattern (its first finding's).
+    pub pattern: Pattern,
+    /// Other patterns the same growth also shows (the same processes, held
+    /// by the same code: "one worker grows" and "it retains it"), in order.
+    #[serde(default)]
+    pub also_patterns: Vec<Pattern>,
+    /// How sure (its first finding's; the others are as sure or less).
+    pub strength: Strength,
+    /// Whether it is about the whole tree (one tree-wide finding) rather
+    /// than about the processes one by one.
+    pub tree: bool,
+    /// The findings it groups: indexes into
+    /// [`Diagnosed::diagnosis`](super::Diagnosed::diagnosis), most
+    /// important first.
+    pub findings: Vec<usize>,
+    /// The process images it is about, most grown first: its findings'
+    /// processes, or the workers for a tree-wide finding.
+    pub processes: Vec<ProcessId>,
+    /// Where in the code, largest first (at most 2).
+    pub places: Vec<Place>,
+    /// What to do next (its first finding's).
+    pub next_step: String,
+}
+
+/// A place in the code that holds a cause's memory: the innermost frame of
+/// the user's own code of its paths, summed over the cause's processes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Place {
+    /// The innermost frame of the user's own code (the innermost Python
+    /// frame when no frame is the user's, else the innermost frame).
+    pub frame: Frame,
+    /// The innermost Python frame, when it is not `frame` (a standard
+    /// library or package function `frame` called, e.g. `json.dumps`).
+    pub via: Option<Frame>,
+    /// The memory grew under CPython's import machinery: what an `import`
+    /// loads.
+    pub import_time: bool,
+    /// Bytes it holds as the cause's pattern measures them: at the
+    /// high-water mark for a spike, copy-on-write bytes for un-sharing,
+    /// else at the end (sampled, summed over the processes).
+    pub bytes: u64,
+    /// `bytes` as a share (0..=1) of the same measure over every path of
+    /// the cause's processes.
+    pub share: f64,
+    /// The stacks summed into it.
+    pub stacks: Vec<StackId>,
+}
+
+/// Groups `findings` (most important first) into causes, most important
+/// first (the order of each cause's first finding).
+pub fn causes(report: &Report, findings: &[Finding]) -> Vec<Cause> {
+    let mut causes: Vec<Cause> = Vec::new();
+    let mut by_key: BTreeMap<(u8, bool, String), usize> = BTreeMap::new();
+    for (index, finding) in findings.iter().enumerate() {
+        let key = group_key(report, finding);
+        match key.as_ref().and_then(|key| by_key.get(key)) {
+            Some(&cause) => causes[cause].findings.push(index),
+            None => {
+                if let Some(key) = key {
+                    by_key.insert(key, causes.len());
+                }
+                causes.push(Cause {
+                    pattern: finding.pattern,
+                    also_patterns: Vec::new(),
+                    strength: finding.strength,
+                    tree: finding.scope == Scope::Tree,
+                    findings: vec![index],
+                    processes: Vec::new(),
+                    places: Vec::new(),
+                    next_step: finding.next_step.clone(),
+                });
+            }
+        }
+    }
+    for cause in &mut causes {
+        cause.processes = processes(report, findings, cause);
+        cause.places = places(report, findings, cause);
+    }
+    merge_same_growth(report, findings, causes)
+}
+
+/// Folds each cause into an earlier one about the same growth: its
+/// processes are among the earlier cause's and its largest place is the
+/// same function (the growth told by another pattern).
+fn merge_same_growth(report: &Report, findings: &[Finding], causes: Vec<Cause>) -> Vec<Cause> {
+    let mut merged: Vec<Cause> = Vec::new();
+    for cause in causes {
+        match merged.iter_mut().find(|m| same_growth(m, &cause)) {
+            Some(earlier) => {
+                if earlier.pattern != cause.pattern
+                    && !earlier.also_patterns.contains(&cause.pattern)
+                {
+                    earlier.also_patterns.push(cause.pattern);
+                }
+                earlier.findings.extend(cause.findings);
+                earlier.places = places(report, findings, earlier);
+            }
+            None => merged.push(cause),
+        }
+    }
+    merged
+}
+
+/// Whether `later` is the growth `earlier` is about.
+fn same_growth(earlier: &Cause, later: &Cause) -> bool {
+    let function = |cause: &Cause| match cause.places.first().map(|p| &p.frame) {
+        Some(Frame::Python { function, file, .. }) => Some((function.clone(), file.clone())),
+        _ => None,
+    };
+    !later.processes.is_empty()
+        && later
+            .processes
+            .iter()
+            .all(|p| earlier.processes.contains(p))
+        && function(earlier).is_some()
+        && function(earlier) == function(later)
+}
+
+/// What makes findings one cause: pattern, strength and the function and
+/// file of the user's code their largest path starts in; `None` for a
+/// finding about the whole tree (a cause of its own).
+fn group_key(report: &Report, finding: &Finding) -> Option<(u8, bool, String)> {
+    let Scope::Process { .. } = finding.scope else {
+        return None;
+    };
+    let place = finding.paths.first().map_or_else(String::new, |&stack| {
+        match place_frame(report.frames(stack)) {
+            Frame::Python { function, file, .. } => format!("{function} ({file})"),
+            other => other.to_string(),
+        }
+    });
+    Some((
+        finding.pattern as u8,
+        finding.strength == Strength::Strong,
+        place,
+    ))
+}
+
+/// The images `cause` is about, most RSS growth first.
+fn processes(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<ProcessId> {
+    let mut ids: Vec<ProcessId> = if cause.tree {
+        report
+            .processes
+            .iter()
+            .filter(|p| p.kind == ProcessKind::Worker && p.next_image.is_none())
+            .map(|p| p.id)
+            .collect()
+    } else {
+        cause
+            .findings
+            .iter()
+            .filter_map(|&i| match findings[i].scope {
+                Scope::Process { process, .. } => Some(process),
+                Scope::Tree => None,
+            })
+            .collect()
+    };
+    let growth = |id: &ProcessId| {
+        report
+            .process(*id)
+            .and_then(|p| p.rss)
+            .map_or(i64::MIN, |rss| rss.growth_bytes)
+    };
+    ids.sort_by_key(|id| (std::cmp::Reverse(growth(id)), *id));
+    ids.dedup();
+    ids
+}
+
+/// The places of `cause`: its findings' paths in its processes, grouped by
+/// [`place_frame`] (with its line), summed, largest first.
+fn places(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Place> {
+    let stacks: Vec<StackId> = cause
+        .findings
+        .iter()
+        .flat_map(|&i| findings[i].paths.iter().copied())
+        .collect();
+    let in_cause = |p: &&PathReport| cause.processes.contains(&p.process);
+    let total: u64 = report
+        .paths
+        .iter()
+        .filter(in_cause)
+        .map(|p| measure(cause.pattern, p))
+        .sum();
+    let mut places: Vec<Place> = Vec::new();
+    for path in report
+        .paths
+        .iter()
+        .filter(in_cause)
+        .filter(|p| stacks.contains(&p.stack))
+    {
+        let place = place_of(report.frames(path.stack));
+        let bytes = measure(cause.pattern, path);
+        match places
+            .iter_mut()
+            .find(|p| p.frame == place.frame && p.via == place.via)
+        {
+            Some(known) => {
+                known.bytes += bytes;
+                known.import_time |= place.import_time;
+                if !known.stacks.contains(&path.stack) {
+                    known.stacks.push(path.stack);
+                }
+            }
+            None => places.push(Place {
+                bytes,
+                stacks: vec![path.stack],
+                ..place
+            }),
+        }
+    }
+    places.retain(|p| p.bytes > 0);
+    places.sort_by_key(|p| std::cmp::Reverse(p.bytes));
+    places.truncate(MAX_PLACES);
+    for place in &mut places {
+        place.share = if total == 0 {
+            0.0
+        } else {
+            place.bytes as f64 / total as f64
+        };
+    }
+    places
+}
+
+/// The bytes of `path` that a cause of `pattern` is about.
+fn measure(pattern: Pattern, path: &PathReport) -> u64 {
+    match pattern {
+        Pattern::Spike | Pattern::EveryWorkerLarge | Pattern::WorkerMultiplication => {
+            path.peak_held_bytes
+        }
+        Pattern::CowUnsharing => path.bytes.cow_bytes,
+        _ => path.bytes.held_now_bytes(),
+    }
+}
+
+/// The place of a stack (outermost frame first), with no bytes yet.
+fn place_of(frames: &[Frame]) -> Place {
+    let frame = place_frame(frames).clone();
+    let innermost_python = frames
+        .iter()
+        .rev()
+        .find(|f| matches!(f, Frame::Python { .. }));
+    Place {
+        via: innermost_python.filter(|f| **f != frame).cloned(),
+        import_time: frames.iter().any(Frame::is_import_machinery),
+        frame,
+        bytes: 0,
+        share: 0.0,
+        stacks: Vec::new(),
+    }
+}
+
+/// The frame a stack is named by for a reader who wants to change code: the
+/// innermost frame of the user's own code, else the innermost Python frame,
+/// else the innermost frame (an unknown frame when the stack is empty).
+pub(crate) fn place_frame(frames: &[Frame]) -> &Frame {
+    static EMPTY: Frame = Frame::Unknown {
+        reason: String::new(),
+    };
+    frames
+        .iter()
+        .rev()
+        .find(|f| f.is_user_code())
+        .or_else(|| {
+            frames
+                .iter()
+                .rev()
+                .find(|f| matches!(f, Frame::Python { .. }))
+        })
+        .or(frames.last())
+        .unwrap_or(&EMPTY)
+}

@@ -1,0 +1,94 @@
+//! The diagnosis's causes and the verdict the terminal ends with, on the
+//! synthetic runs of each pattern: one cause for a leak every worker
+//! repeats, weak causes kept apart, and a golden file of every pattern's
+//! verdict (`tests/data/verdicts.txt`; `MEMTRACE_BLESS=1` rewrites it).
+
+use super::*;
+use crate::report::golden::check_golden;
+use crate::report::verdict::{self, MAX_VERDICT_LINES};
+
+/// A master and 4 workers that each keep what `remember` caches per request
+/// (24, 20, 16 and 12 MiB/s for 4.5 s), then idle until 9 s: a pre-fork
+/// service leaking through one cache.
+fn leaking_workers() -> Report {
+    let mut run = Run::new();
+    let master = run.root(200, 0, 20);
+    run.flat(master, 0, 9 * S, at(20, 2_000));
+    for (index, tgid) in [201, 202, 203, 204].into_iter().enumerate() {
+        let id = run.fork(tgid, master, S / 10, 12);
+        let mib_per_s = 24 - 4 * index as u64;
+        let busy: Vec<(u64, u64)> = (0..=9)
+            .map(|i| (12 + mib_per_s * i / 2, 20_000 * i))
+            .collect();
+        run.readings(id, S / 2, &busy);
+        let end_mib = 12 + mib_per_s * 9 / 2;
+        run.flat(id, 5 * S + S / 2, 9 * S, at(end_mib, 180_050));
+        for second in 0..9 {
+            run.grow(id, "remember", S / 2 + second * S / 2, mib_per_s / 2);
+        }
+    }
+    run.finish(9 * S)
+}
+
+#[test]
+fn a_leak_every_worker_repeats_is_one_cause() {
+    let report = diagnose(leaking_workers());
+    assert_eq!(
+        of(&report.diagnosis, Pattern::Retention).len(),
+        4,
+        "{:#?}",
+        report.diagnosis
+    );
+    let strong: Vec<&Cause> = report
+        .causes
+        .iter()
+        .filter(|c| c.strength == Strength::Strong)
+        .collect();
+    assert_eq!(strong.len(), 1, "{:#?}", report.causes);
+    let cause = strong[0];
+    assert_eq!(cause.pattern, Pattern::Retention);
+    assert_eq!(cause.findings.len(), 4);
+    let tgids: Vec<u32> = cause.processes.iter().map(|&id| report.tgid(id)).collect();
+    assert_eq!(tgids, [201, 202, 203, 204], "most grown first");
+    let place = &cause.places[0];
+    assert!(
+        matches!(&place.frame, Frame::Python { function, .. } if function == "remember"),
+        "{place:?}"
+    );
+    // 12 + 10 + 8 + 6 MiB per half second over 9 half seconds, all held.
+    assert_eq!(place.bytes, 9 * (12 + 10 + 8 + 6) * MIB);
+    let lines = verdict::lines(&report);
+    assert!(lines.len() <= MAX_VERDICT_LINES, "{lines:#?}");
+    assert!(
+        lines[1].contains("retention in 4 workers (tgid 201, 202, 203, 204"),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("how much: RSS +")
+            && l.contains("each, +")
+            && l.contains("/s each")),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn every_patterns_verdict_matches_its_golden_file() {
+    let scenarios: Vec<(&str, Report)> = vec![
+        ("leaking workers", leaking_workers()),
+        ("one leaking worker", one_leaking_worker(120).0),
+        ("every worker large", large_workers()),
+        ("worker multiplication", prefork_with_shared_table(true)),
+        ("copy-on-write un-sharing", prefork_readers(148, true)),
+        ("page cache of a mapped file", reads_a_mapped_file(4).0),
+        ("released spike", released_spike()),
+        ("buffer touched again", reused_buffer()),
+        ("cache held after traffic", cache_held_after_traffic()),
+    ];
+    let mut text = String::new();
+    for (name, report) in scenarios {
+        let lines = verdict::lines(&diagnose(report));
+        assert!(lines.len() <= MAX_VERDICT_LINES, "{name}: {lines:#?}");
+        text.push_str(&format!("== {name}\n{}\n\n", lines.join("\n")));
+    }
+    check_golden("verdicts.txt", text.as_bytes());
+}

@@ -1,0 +1,290 @@
+//! The verdict of the report step: the diagnosis's causes
+//! ([`crate::diagnose::Cause`]) as the few lines that answer the five
+//! questions of a memory incident — which process, which pattern, which
+//! line, how much and how fast, what to do next. The terminal prints it last
+//! (what stays on the screen), the HTML page first. At most
+//! [`MAX_VERDICT_LINES`] lines: strong causes in full (at most
+//! [`MAX_CAUSES_SHOWN`]), weak ones on one "also seen" line each.
+
+use crate::aggregate::{ProcessReport, Report};
+use crate::diagnose::{Cause, Diagnosed, Pattern, Place, Strength};
+use crate::units::format_bytes;
+
+use super::text::{self, pattern_name, short_command};
+
+/// Most lines of the verdict, its heading included.
+pub(crate) const MAX_VERDICT_LINES: usize = 25;
+
+/// Strong causes shown in full; the rest are counted.
+const MAX_CAUSES_SHOWN: usize = 3;
+
+/// Weak causes shown on their "also seen" lines; the rest are counted.
+const MAX_ALSO_SEEN: usize = 3;
+
+/// Most tgids named in a cause's heading; the rest are counted.
+const MAX_TGIDS_NAMED: usize = 6;
+
+/// Most characters of a command in a cause's heading.
+const MAX_COMMAND_CHARS: usize = 40;
+
+/// Traced time from which growth rates are given per minute, not per
+/// second. 2 min.
+const PER_MINUTE_FROM_NS: u64 = 120_000_000_000;
+
+/// The verdict's lines, heading first, without line ends: each strong cause
+/// (most important first) as a numbered heading and its `what`, `how much`,
+/// `where` and `next` lines, then one line per weak cause. When nothing is
+/// strong, the weak causes are shown in full instead.
+pub(crate) fn lines(report: &Diagnosed) -> Vec<String> {
+    let strong: Vec<&Cause> = report
+        .causes
+        .iter()
+        .filter(|c| c.strength == Strength::Strong)
+        .collect();
+    let weak: Vec<&Cause> = report
+        .causes
+        .iter()
+        .filter(|c| c.strength == Strength::Weak)
+        .collect();
+    let (full, also) = if strong.is_empty() {
+        (weak, Vec::new())
+    } else {
+        (strong, weak)
+    };
+    let mut lines = vec![heading(&full)];
+    for (number, cause) in full.iter().take(MAX_CAUSES_SHOWN).enumerate() {
+        lines.extend(cause_lines(report, number + 1, cause));
+    }
+    if full.len() > MAX_CAUSES_SHOWN {
+        lines.push(format!(
+            "  … {} more cause(s): memtrace report --verbose, or the JSON",
+            full.len() - MAX_CAUSES_SHOWN
+        ));
+    }
+    for cause in also.iter().take(MAX_ALSO_SEEN) {
+        lines.push(format!(
+            "  also seen (weak evidence): {}",
+            brief(report, cause)
+        ));
+    }
+    if also.len() > MAX_ALSO_SEEN {
+        lines.push(format!(
+            "  also seen: {} more weak cause(s)",
+            also.len() - MAX_ALSO_SEEN
+        ));
+    }
+    lines.truncate(MAX_VERDICT_LINES);
+    lines
+}
+
+/// `Verdict: N cause(s) ...`.
+fn heading(full: &[&Cause]) -> String {
+    let sure = match full.first().map(|c| c.strength) {
+        Some(Strength::Weak) => ", weak evidence: the numbers point this way but do not settle it",
+        _ => "",
+    };
+    format!(
+        "Verdict: {}{sure}",
+        text::counted(full.len() as u64, "cause", "causes")
+    )
+}
+
+/// A cause in full: heading, what, how much, where, next.
+fn cause_lines(report: &Diagnosed, number: usize, cause: &Cause) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{number:>3}. {} in {}",
+        patterns(cause),
+        who(report, cause)
+    )];
+    if let Some(&first) = cause.findings.first() {
+        let prefix = if !cause.tree && cause.processes.len() > 1 {
+            "largest: "
+        } else {
+            ""
+        };
+        lines.push(format!(
+            "     what:     {prefix}{}",
+            report.diagnosis[first].summary
+        ));
+    }
+    if let Some(amount) = how_much(report, cause) {
+        lines.push(format!("     how much: {amount}"));
+    }
+    for (index, place) in cause.places.iter().enumerate() {
+        let label = if index == 0 { "where:   " } else { "         " };
+        lines.push(format!("     {label} {}", place_text(cause.pattern, place)));
+    }
+    lines.push(format!("     next:     {}", cause.next_step));
+    lines
+}
+
+/// A weak cause on one line: pattern, who, how much, where.
+fn brief(report: &Diagnosed, cause: &Cause) -> String {
+    let mut line = format!("{} in {}", patterns(cause), who(report, cause));
+    if let Some(amount) = how_much(report, cause) {
+        line.push_str(&format!("; {amount}"));
+    }
+    if let Some(place) = cause.places.first() {
+        line.push_str(&format!("; {}", place_text(cause.pattern, place)));
+    }
+    line
+}
+
+/// The cause's pattern and the others its growth also shows: `one process
+/// grows + retention`.
+fn patterns(cause: &Cause) -> String {
+    std::iter::once(cause.pattern)
+        .chain(cause.also_patterns.iter().copied())
+        .map(pattern_name)
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// The processes of a cause: `worker tgid 13429 (app.py)`, `4 workers
+/// (tgid 1, 2, 3, 4: app.py)`, or `the process tree (4 workers)`.
+fn who(report: &Report, cause: &Cause) -> String {
+    let processes: Vec<&ProcessReport> = cause
+        .processes
+        .iter()
+        .filter_map(|&id| report.process(id))
+        .collect();
+    if cause.tree {
+        return format!(
+            "the process tree ({})",
+            text::counted(processes.len() as u64, "worker", "workers")
+        );
+    }
+    let command = processes.first().map_or_else(String::new, |p| {
+        short_command(&p.cmdline, MAX_COMMAND_CHARS)
+    });
+    match processes.as_slice() {
+        [] => "no traced process".to_owned(),
+        [p] => format!("{} {} ({command})", p.kind, p.name()),
+        many => {
+            let kind = many[0].kind;
+            let noun = if many.iter().all(|p| p.kind == kind) {
+                format!("{kind}s")
+            } else {
+                "processes".to_owned()
+            };
+            let mut tgids: Vec<String> = many
+                .iter()
+                .take(MAX_TGIDS_NAMED)
+                .map(|p| p.name().trim_start_matches("tgid ").to_owned())
+                .collect();
+            if many.len() > MAX_TGIDS_NAMED {
+                tgids.push(format!("… {} more", many.len() - MAX_TGIDS_NAMED));
+            }
+            format!(
+                "{} {noun} (tgid {}: {command})",
+                many.len(),
+                tgids.join(", ")
+            )
+        }
+    }
+}
+
+/// How much the cause's processes grew (the process table's GROWTH) and how
+/// fast, or for a spike how high it rose; `None` when none of them grew.
+fn how_much(report: &Report, cause: &Cause) -> Option<String> {
+    if cause.pattern == Pattern::Spike {
+        return spike_height(report, cause);
+    }
+    let grown: Vec<(u64, u64)> = cause
+        .processes
+        .iter()
+        .filter_map(|&id| report.process(id))
+        .filter_map(|p| {
+            let growth = u64::try_from(p.rss?.growth_bytes).ok()?;
+            (growth > 0).then_some((growth, p.traced_ns))
+        })
+        .collect();
+    let (min, max) = (
+        grown.iter().map(|g| g.0).min()?,
+        grown.iter().map(|g| g.0).max()?,
+    );
+    let longest_ns = grown.iter().map(|g| g.1).max().unwrap_or(0);
+    let rates: Vec<f64> = grown
+        .iter()
+        .map(|&(b, ns)| rate(b, ns, longest_ns))
+        .collect();
+    let unit = if longest_ns >= PER_MINUTE_FROM_NS {
+        "min"
+    } else {
+        "s"
+    };
+    let fmt_rate = |r: f64| format!("+{}/{unit}", format_bytes(r as u64));
+    if let [(bytes, ns)] = grown.as_slice() {
+        return Some(format!(
+            "RSS +{} in {}, {}",
+            format_bytes(*bytes),
+            text::seconds(*ns),
+            fmt_rate(rates[0])
+        ));
+    }
+    let total: u64 = grown.iter().map(|g| g.0).sum();
+    let each = if min == max {
+        format!("+{} each", format_bytes(min))
+    } else {
+        format!("+{} to +{} each", format_bytes(min), format_bytes(max))
+    };
+    let (slow, fast) = (
+        rates.iter().copied().fold(f64::MAX, f64::min),
+        rates.iter().copied().fold(0.0, f64::max),
+    );
+    Some(format!(
+        "RSS {each}, +{} in all, within {}; {} to {} each",
+        format_bytes(total),
+        text::seconds(longest_ns),
+        fmt_rate(slow),
+        fmt_rate(fast).trim_start_matches('+'),
+    ))
+}
+
+/// A spike's height in its process: its RSS at the start, at the
+/// high-water mark and at the end (the process table's START, PEAK, END).
+fn spike_height(report: &Report, cause: &Cause) -> Option<String> {
+    let rss = report.process(*cause.processes.first()?)?.rss?;
+    Some(format!(
+        "RSS {} -> peak {} (+{}), {} at the end",
+        format_bytes(rss.start_bytes),
+        format_bytes(rss.peak_bytes),
+        format_bytes(rss.peak_bytes.saturating_sub(rss.start_bytes)),
+        format_bytes(rss.end_bytes)
+    ))
+}
+
+/// `bytes` over `ns` per second, or per minute when `longest_ns` reaches
+/// [`PER_MINUTE_FROM_NS`].
+fn rate(bytes: u64, ns: u64, longest_ns: u64) -> f64 {
+    let per_s = bytes as f64 / (ns.max(1) as f64 / 1e9);
+    if longest_ns >= PER_MINUTE_FROM_NS {
+        per_s * 60.0
+    } else {
+        per_s
+    }
+}
+
+/// `render_report (app.py:84) via dumps, at import: 48.5 MiB held at the
+/// end (57% of the sampled)`.
+fn place_text(pattern: Pattern, place: &Place) -> String {
+    let mut line = place.frame.short();
+    if let Some(via) = &place.via {
+        line.push_str(&format!(" via {}", via.short()));
+    }
+    if place.import_time {
+        line.push_str(", at import");
+    }
+    let measure = match pattern {
+        Pattern::Spike | Pattern::EveryWorkerLarge | Pattern::WorkerMultiplication => {
+            "held at the high-water mark"
+        }
+        Pattern::CowUnsharing => "un-shared (copy-on-write)",
+        _ => "held at the end",
+    };
+    format!(
+        "{line}: {} {measure} ({:.0}% of the sampled)",
+        format_bytes(place.bytes),
+        100.0 * place.share
+    )
+}
