@@ -4,12 +4,12 @@
 //! cause ("4 workers retain memory via `render_report`"), with the places in
 //! the user's own code that hold the memory, summed over those processes.
 //!
-//! Findings about single processes are one cause when they have the same
-//! pattern, the same strength, and their largest path starts in the same
-//! function of the user's code (see [`Frame::is_user_code`]); a finding
-//! about the whole tree is a cause of its own.
-
-use std::collections::BTreeMap;
+//! A finding about a single process joins the first cause of its pattern
+//! whose function (of the user's code, see [`Frame::is_user_code`], where
+//! its largest path starts) is among the finding's named paths; a finding
+//! about the whole tree is a cause of its own. A cause then takes in a later
+//! one about the same growth told by another pattern (same processes, same
+//! function). A cause is as strong as its first (strongest) finding.
 
 use serde::{Deserialize, Serialize};
 
@@ -76,15 +76,24 @@ pub struct Place {
 /// first (the order of each cause's first finding).
 pub fn causes(report: &Report, findings: &[Finding]) -> Vec<Cause> {
     let mut causes: Vec<Cause> = Vec::new();
-    let mut by_key: BTreeMap<(u8, bool, String), usize> = BTreeMap::new();
+    // Per cause about single processes: its pattern and the function of
+    // its first finding's largest path.
+    let mut keys: Vec<Option<(Pattern, String)>> = Vec::new();
     for (index, finding) in findings.iter().enumerate() {
-        let key = group_key(report, finding);
-        match key.as_ref().and_then(|key| by_key.get(key)) {
-            Some(&cause) => causes[cause].findings.push(index),
+        let places = finding_functions(report, finding);
+        let joined = keys.iter().position(|key| {
+            key.as_ref()
+                .is_some_and(|(pattern, top)| *pattern == finding.pattern && places.contains(top))
+        });
+        match joined {
+            Some(cause) => causes[cause].findings.push(index),
             None => {
-                if let Some(key) = key {
-                    by_key.insert(key, causes.len());
-                }
+                keys.push(match finding.scope {
+                    Scope::Process { .. } => {
+                        places.first().map(|top| (finding.pattern, top.clone()))
+                    }
+                    Scope::Tree => None,
+                });
                 causes.push(Cause {
                     pattern: finding.pattern,
                     also_patterns: Vec::new(),
@@ -103,6 +112,28 @@ pub fn causes(report: &Report, findings: &[Finding]) -> Vec<Cause> {
         cause.places = places(report, findings, cause);
     }
     merge_same_growth(report, findings, causes)
+}
+
+/// The functions (`function (file)`) of the user's code that a finding
+/// about one process names, largest path first; empty for a finding about
+/// the tree. A finding joins a cause of its pattern when the cause's
+/// function is among these: a worker that grew less still leaks through
+/// the same code.
+fn finding_functions(report: &Report, finding: &Finding) -> Vec<String> {
+    if finding.scope == Scope::Tree {
+        return Vec::new();
+    }
+    let mut functions: Vec<String> = Vec::new();
+    for &stack in &finding.paths {
+        let function = match place_frame(report.frames(stack)) {
+            Frame::Python { function, file, .. } => format!("{function} ({file})"),
+            other => other.to_string(),
+        };
+        if !functions.contains(&function) {
+            functions.push(function);
+        }
+    }
+    functions
 }
 
 /// Folds each cause into an earlier one about the same growth: its
@@ -140,26 +171,6 @@ fn same_growth(earlier: &Cause, later: &Cause) -> bool {
             .all(|p| earlier.processes.contains(p))
         && function(earlier).is_some()
         && function(earlier) == function(later)
-}
-
-/// What makes findings one cause: pattern, strength and the function and
-/// file of the user's code their largest path starts in; `None` for a
-/// finding about the whole tree (a cause of its own).
-fn group_key(report: &Report, finding: &Finding) -> Option<(u8, bool, String)> {
-    let Scope::Process { .. } = finding.scope else {
-        return None;
-    };
-    let place = finding.paths.first().map_or_else(String::new, |&stack| {
-        match place_frame(report.frames(stack)) {
-            Frame::Python { function, file, .. } => format!("{function} ({file})"),
-            other => other.to_string(),
-        }
-    });
-    Some((
-        finding.pattern as u8,
-        finding.strength == Strength::Strong,
-        place,
-    ))
 }
 
 /// The images `cause` is about, most RSS growth first.

@@ -7,16 +7,16 @@ use super::*;
 use crate::report::golden::check_golden;
 use crate::report::verdict::{self, MAX_VERDICT_LINES};
 
-/// A master and 4 workers that each keep what `remember` caches per request
-/// (24, 20, 16 and 12 MiB/s for 4.5 s), then idle until 9 s: a pre-fork
-/// service leaking through one cache.
+/// A master and 5 workers that each keep what `remember` caches per request
+/// (24, 20, 16, 12 and 6 MiB/s for 4.5 s: the last one's +27 MiB is weak
+/// evidence on its own), then idle until 9 s: a pre-fork service leaking
+/// through one cache.
 fn leaking_workers() -> Report {
     let mut run = Run::new();
     let master = run.root(200, 0, 20);
     run.flat(master, 0, 9 * S, at(20, 2_000));
-    for (index, tgid) in [201, 202, 203, 204].into_iter().enumerate() {
+    for (tgid, mib_per_s) in [(201, 24), (202, 20), (203, 16), (204, 12), (205, 6)] {
         let id = run.fork(tgid, master, S / 10, 12);
-        let mib_per_s = 24 - 4 * index as u64;
         let busy: Vec<(u64, u64)> = (0..=9)
             .map(|i| (12 + mib_per_s * i / 2, 20_000 * i))
             .collect();
@@ -35,7 +35,7 @@ fn a_leak_every_worker_repeats_is_one_cause() {
     let report = diagnose(leaking_workers());
     assert_eq!(
         of(&report.diagnosis, Pattern::Retention).len(),
-        4,
+        5,
         "{:#?}",
         report.diagnosis
     );
@@ -47,20 +47,21 @@ fn a_leak_every_worker_repeats_is_one_cause() {
     assert_eq!(strong.len(), 1, "{:#?}", report.causes);
     let cause = strong[0];
     assert_eq!(cause.pattern, Pattern::Retention);
-    assert_eq!(cause.findings.len(), 4);
+    assert_eq!(cause.findings.len(), 5, "the weak fifth worker joins");
     let tgids: Vec<u32> = cause.processes.iter().map(|&id| report.tgid(id)).collect();
-    assert_eq!(tgids, [201, 202, 203, 204], "most grown first");
+    assert_eq!(tgids, [201, 202, 203, 204, 205], "most grown first");
     let place = &cause.places[0];
     assert!(
         matches!(&place.frame, Frame::Python { function, .. } if function == "remember"),
         "{place:?}"
     );
-    // 12 + 10 + 8 + 6 MiB per half second over 9 half seconds, all held.
-    assert_eq!(place.bytes, 9 * (12 + 10 + 8 + 6) * MIB);
+    // 12 + 10 + 8 + 6 + 3 MiB per half second over 9 half seconds, all
+    // held.
+    assert_eq!(place.bytes, 9 * (12 + 10 + 8 + 6 + 3) * MIB);
     let lines = verdict::lines(&report);
     assert!(lines.len() <= MAX_VERDICT_LINES, "{lines:#?}");
     assert!(
-        lines[1].contains("retention in 4 workers (tgid 201, 202, 203, 204"),
+        lines[1].contains("retention in 5 workers (tgid 201, 202, 203, 204, 205"),
         "{lines:#?}"
     );
     assert!(
@@ -91,4 +92,61 @@ fn every_patterns_verdict_matches_its_golden_file() {
         text.push_str(&format!("== {name}\n{}\n\n", lines.join("\n")));
     }
     check_golden("verdicts.txt", text.as_bytes());
+}
+
+/// A process that grows 40 MiB while `app.py` imports its modules (under
+/// CPython's frozen import machinery, one stdlib frame on top), then idles.
+fn imports_then_idle() -> Report {
+    let mut run = Run::new();
+    let id = run.root(600, 0, 10);
+    let busy: Vec<(u64, u64)> = (0..=4).map(|i| (10 + 10 * i, 40_000 * i)).collect();
+    run.readings(id, 0, &busy);
+    run.flat(id, 2 * S + S / 2, 8 * S, at(50, 160_050));
+    let frames = vec![
+        py("<module>", "/srv/app.py", 3),
+        py("_find_and_load", "<frozen importlib._bootstrap>", 1176),
+        py(
+            "_compile_bytecode",
+            "<frozen importlib._bootstrap_external>",
+            729,
+        ),
+        native("_PyObject_Malloc"),
+    ];
+    let bytes = SampledBytes {
+        growth_bytes: 40 * MIB,
+        held_bytes: i64::try_from(40 * MIB).unwrap(),
+        samples: 40 * MIB / SAMPLE_BYTES,
+        ..SampledBytes::default()
+    };
+    run.sample(id, S, frames, bytes);
+    run.finish(8 * S)
+}
+
+#[test]
+fn import_time_growth_is_named_by_the_importing_line_and_not_called_a_cache() {
+    let report = diagnose(imports_then_idle());
+    let retention = of(&report.diagnosis, Pattern::Retention);
+    assert_eq!(retention.len(), 1, "{:#?}", report.diagnosis);
+    let next = &retention[0].next_step;
+    assert!(
+        next.starts_with("nothing to bound: this is what the imports in <module> loaded"),
+        "{next}"
+    );
+    assert!(!next.contains("cache"), "{next}");
+    let place = &report.causes[0].places[0];
+    assert_eq!(place.frame, py("<module>", "/srv/app.py", 3));
+    assert_eq!(
+        place.via,
+        Some(py(
+            "_compile_bytecode",
+            "<frozen importlib._bootstrap_external>",
+            729
+        ))
+    );
+    assert!(place.import_time);
+    let lines = verdict::lines(&report).join("\n");
+    assert!(
+        lines.contains("<module> (app.py:3) via _compile_bytecode (<frozen importlib._bootstrap_external>:729), at import: 40.0 MiB held at the end"),
+        "{lines}"
+    );
 }
