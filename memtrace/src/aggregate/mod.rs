@@ -39,7 +39,7 @@ pub use model::{
 };
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{
-    ExactCounters, PathReport, ProcessKind, ProcessReport, Report, RssSummary, RunMeta,
+    ExactCounters, PathReport, ProcessKind, ProcessReport, PythonPath, Report, RssSummary, RunMeta,
     SampledBytes, SharingSummary, StackGrowthReport, Totals, Warning, Weight,
 };
 pub use stacks::StackId;

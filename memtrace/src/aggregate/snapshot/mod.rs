@@ -11,6 +11,7 @@
 mod kind;
 mod paths;
 mod process;
+mod python_paths;
 mod warning;
 
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,7 @@ pub use kind::ProcessKind;
 pub use paths::{PathReport, SampledBytes, StackGrowthReport, Weight};
 pub(super) use process::process_label;
 pub use process::{ExactCounters, ProcessReport, RssSummary, SharingSummary};
+pub use python_paths::PythonPath;
 pub use warning::Warning;
 
 /// Facts about the run that the aggregator cannot see, given by the caller

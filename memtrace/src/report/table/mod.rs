@@ -14,7 +14,7 @@ use std::io::{self, Write};
 
 use super::{text, verdict, RenderOptions, WrittenFiles};
 use crate::aggregate::{
-    Frame, PathReport, ProcessId, ProcessReport, Report, SampledBytes, StackGrowthReport, Weight,
+    Frame, PathReport, ProcessId, ProcessReport, PythonPath, Report, SampledBytes, Weight,
 };
 use crate::diagnose::{Diagnosed, Finding};
 use crate::units::{format_bytes, format_signed_bytes};
@@ -323,47 +323,60 @@ fn growth_stacks(
     top: usize,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    let stacks = report.top_stacks(weight, top);
+    let paths = report.top_python_paths(weight, top);
     let all = text::all_weight_bytes(report, weight);
     let title = format!(
-        "Top paths across processes (sampled, summed over processes; ranked by bytes {0}, \
-         share of all {0}; innermost frame first)\n{1}",
+        "Top paths across processes (sampled, summed over processes; one per Python stack, \
+         the native frames under it as its children; ranked by bytes {0}, share of all {0}; \
+         innermost frame first)\n{1}",
         weight.describe(),
         measures_header("IN")
     );
     ranked_section(
         &title,
-        &stacks,
+        &paths,
         Some(&no_paths(weight)),
         out,
-        |rank, stack, out| {
-            let share = text::percent(stack.weight_bytes(weight), all);
-            stack_entry(report, rank, stack, &share, out)
+        |rank, path, out| {
+            let share = text::percent(path.weight_bytes(weight), all);
+            python_path_entry(report, rank, path, weight, &share, out)
         },
     )
 }
 
-/// One ranked merged path: its measures and `share`, the images it grew
-/// in, then its frames.
-fn stack_entry(
+/// One ranked Python path: its measures and `share`, the images it grew
+/// in, its frames, then its native children with their share of it.
+fn python_path_entry(
     report: &Report,
     rank: usize,
-    stack: &StackGrowthReport,
+    path: &PythonPath<'_>,
+    weight: Weight,
     share: &str,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     writeln!(
         out,
         "{rank:>3}. {}  {}: {}",
-        measures(stack.peak_held_bytes, &stack.bytes, share),
+        measures(path.peak_held_bytes, &path.bytes, share),
         text::counted(
-            u64::try_from(stack.processes.len()).unwrap_or(u64::MAX),
+            u64::try_from(path.processes.len()).unwrap_or(u64::MAX),
             "process",
             "processes"
         ),
-        process_list(report, &stack.processes),
+        process_list(report, &path.processes),
     )?;
-    frame_lines(report.frames(stack.stack), out)
+    frame_lines(&path.frames, out)?;
+    let natives = path.natives(report, weight);
+    let total = path.weight_bytes(weight);
+    let children: Vec<String> = natives
+        .iter()
+        .filter(|(name, _)| name != "-")
+        .map(|(name, bytes)| format!("{name} {}", text::percent(*bytes, total)))
+        .collect();
+    if !children.is_empty() {
+        writeln!(out, "        native: {}", children.join(", "))?;
+    }
+    Ok(())
 }
 
 /// `tgid 1, 2#2, 3.1`, at most [`MAX_TGIDS_SHOWN`] named, then `… N more`.

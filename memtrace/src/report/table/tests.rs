@@ -159,6 +159,7 @@ fn no_legend_without_reused_tgids_or_execs() {
 fn merged_paths_show_all_three_measures_ranked_by_held_at_peak() {
     let text = render_text(&lifecycle_diagnosed(), 10);
     let expected = "Top paths across processes (sampled, summed over processes; \
+                    one per Python stack, the native frames under it as its children; \
                     ranked by bytes held at peak, share of all held at peak; \
                     innermost frame first)\n\
                     \x20    HELD AT PEAK   HELD AT END       GROWN   SHARE  IN\n\
@@ -166,17 +167,17 @@ fn merged_paths_show_all_three_measures_ranked_by_held_at_peak() {
                     1 process: tgid 202.0\n\
                     \x20       load (etl.py:12)\n\
                     \x20       <module> (etl.py:1)\n\
-                    \x20       native: malloc\n\
+                    \x20       native: malloc 100.0%\n\
                     \x20 2.     50.0 MiB      40.0 MiB   120.0 MiB   33.3%  \
                     1 process: tgid 201\n\
                     \x20       handle_job (app/jobs.py:20)\n\
                     \x20       <module> (app/worker.py:1)\n\
-                    \x20       native: malloc\n\
+                    \x20       native: malloc 100.0%\n\
                     \x20 3.     40.0 MiB      30.0 MiB    40.0 MiB   26.7%  \
                     2 processes: tgid 201, 201#2\n\
                     \x20       append (app/cache.py:42)\n\
                     \x20       <module> (app/worker.py:1)\n\
-                    \x20       native: PyList_Append\n";
+                    \x20       native: PyList_Append 100.0%\n";
     assert_eq!(section(&text, MERGED), expected, "{text}");
     assert!(text.find(MERGED) < text.find(PER_PROCESS), "{text}");
     assert!(text.find("Total: 5") < text.find(MERGED), "{text}");
@@ -190,6 +191,7 @@ fn the_weight_reranks_the_paths_and_their_shares() {
     assert!(
         merged.starts_with(
             "Top paths across processes (sampled, summed over processes; \
+             one per Python stack, the native frames under it as its children; \
              ranked by bytes grown, share of all grown;"
         ),
         "{merged}"
@@ -433,4 +435,43 @@ fn the_verdict_comes_last_and_fits_one_screen() {
         "{verdict}"
     );
     assert!(verdict.ends_with(&format!("next:     {}\n", report.causes[0].next_step)));
+}
+
+#[test]
+fn one_python_line_is_one_path_with_its_native_frames_as_children() {
+    let mut agg = Aggregator::new(1_000);
+    let id = agg.process_started(start(300, None, Role::Root, 1_000));
+    let line = |native_frame: &str| {
+        vec![
+            py("<module>", "app.py", 1),
+            py("render_report", "app.py", 84),
+            native(native_frame),
+        ]
+    };
+    for (frame, mib) in [("_PyObject_Malloc", 30), ("allocate_from_new_pool", 10)] {
+        let stack = sample(
+            &mut agg,
+            id,
+            MemoryEvent::AnonGrowth,
+            mib * MIB,
+            &line(frame),
+        );
+        agg.peak_held(id, stack, mib * MIB);
+    }
+    let report = diagnose(agg.finish(5_000, RunMeta::default()));
+    let text = render_text(&report, 10);
+    let merged = section(&text, MERGED);
+    let entries: Vec<&str> = merged
+        .lines()
+        .filter(|l| l.contains(" 1 process: "))
+        .collect();
+    assert_eq!(entries.len(), 1, "{merged}");
+    assert!(entries[0].starts_with("  1.     40.0 MiB"), "{merged}");
+    assert!(
+        merged.contains(
+            "        render_report (app.py:84)\n        <module> (app.py:1)\n        \
+             native: _PyObject_Malloc 75.0%, allocate_from_new_pool 25.0%\n"
+        ),
+        "{merged}"
+    );
 }
