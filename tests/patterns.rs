@@ -1,7 +1,9 @@
 //! Integration tests of the diagnosis: the real memtrace binary records real
-//! Python workloads (tests/scripts/prefork_one_leaks.py and
-//! tests/scripts/pattern_*.py) and the JSON report's `diagnosis` must name
-//! the pattern, the process and the function.
+//! Python workloads (tests/scripts/prefork_one_leaks.py,
+//! tests/scripts/pattern_*.py and the bundled demo service,
+//! examples/prefork_service) and the JSON report's `diagnosis` and
+//! `causes` must name the pattern, the processes and the function, and the
+//! terminal must end with a verdict that fits one screen.
 //!
 //! They need root (CAP_BPF + CAP_PERFMON), a kernel with BTF and pyenv's
 //! CPython 3.11; without them each test prints why it skips.
@@ -12,9 +14,11 @@
 )]
 mod common;
 
+use std::path::Path;
+
 use serde_json::Value;
 
-use common::{python_3_11, require_ebpf, stack_functions, trace_script, Trace};
+use common::{python_3_11, require_ebpf, stack_functions, trace, trace_script, Trace};
 
 /// Readers of the diagnosis for these tests' assertions.
 impl Trace {
@@ -156,5 +160,70 @@ fn diagnoses_a_cache_retained_after_traffic() {
         "retention",
         "{:#}",
         trace.report["diagnosis"]
+    );
+}
+
+/// Most lines of the terminal verdict (`report::verdict::MAX_VERDICT_LINES`).
+const MAX_VERDICT_LINES: usize = 25;
+
+#[test]
+fn the_demo_ends_with_one_cause_naming_render_report_in_every_worker() {
+    let python = require_ebpf!(python_3_11());
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("examples/prefork_service/run_demo.py");
+    let trace = trace(&[
+        "run",
+        "--",
+        python.to_str().unwrap(),
+        demo.to_str().unwrap(),
+        "--seconds",
+        "10",
+    ]);
+    let started = trace.workload_events("started");
+    let master = started
+        .iter()
+        .find(|e| e["role"] == "master")
+        .unwrap_or_else(|| panic!("no master line: {started:#?}"));
+    let mut workers: Vec<u64> = master["workers"]
+        .as_object()
+        .expect("workers by index")
+        .values()
+        .filter_map(Value::as_u64)
+        .collect();
+    workers.sort_unstable();
+    assert_eq!(workers.len(), 4);
+    let all_causes = &trace.report["causes"];
+    let causes = all_causes.as_array().expect("causes");
+    assert!(
+        (1..=3).contains(&causes.len()),
+        "at most 3 causes: {all_causes:#}"
+    );
+    let first = &causes[0];
+    assert_eq!(first["strength"], "strong", "{all_causes:#}");
+    let mut tgids: Vec<u64> = first["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter_map(|id| trace.processes().iter().find(|p| p["id"] == *id)?["tgid"].as_u64())
+        .collect();
+    tgids.sort_unstable();
+    assert_eq!(
+        tgids, workers,
+        "the first cause is about every worker: {first:#}"
+    );
+    assert_eq!(
+        first["places"][0]["frame"]["function"], "render_report",
+        "{first:#}"
+    );
+    let stdout = trace.stdout();
+    let verdict = &stdout[stdout.rfind("\nVerdict: ").expect("a verdict") + 1..];
+    let lines: Vec<&str> = verdict.lines().collect();
+    assert!(lines.len() <= MAX_VERDICT_LINES, "{verdict}");
+    assert!(
+        lines[1].contains("in 4 workers (tgid ")
+            && verdict.contains("where:    render_report (app.py:"),
+        "{verdict}"
     );
 }
