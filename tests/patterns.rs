@@ -163,6 +163,43 @@ fn diagnoses_a_cache_retained_after_traffic() {
     );
 }
 
+#[test]
+fn names_native_memory_a_library_allocated_under_the_python_function() {
+    let python = require_ebpf!(python_3_11());
+    let trace = trace_script(&python, "pattern_native_cache.py", &["--mib", "80"]);
+    let filled = trace.workload_event("filled");
+    let grown =
+        filled["rss_after_bytes"].as_u64().unwrap() - filled["rss_before_bytes"].as_u64().unwrap();
+    let causes = &trace.report["causes"];
+    let place = &causes[0]["places"][0];
+    assert_eq!(place["frame"]["function"], "fill_page_cache", "{causes:#}");
+    assert!(
+        place["native_library"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("libsqlite3")),
+        "{causes:#}"
+    );
+    // Sampled bytes (every 512 KiB on average): within 25% of the
+    // workload's own RSS growth.
+    let held = place["bytes"].as_u64().unwrap() as f64;
+    assert!(
+        (held - grown as f64).abs() <= 0.25 * grown as f64,
+        "held {held} vs grown {grown}: {causes:#}"
+    );
+    assert!(
+        trace
+            .stdout()
+            .contains("fill_page_cache (pattern_native_cache.py:"),
+        "{}",
+        trace.stdout()
+    );
+    assert!(
+        trace.stdout().contains("native memory (libsqlite3)"),
+        "{}",
+        trace.stdout()
+    );
+}
+
 /// Most lines of the terminal verdict (`report::verdict::MAX_VERDICT_LINES`).
 const MAX_VERDICT_LINES: usize = 25;
 

@@ -32,6 +32,10 @@ pub enum Frame {
     Native {
         /// Symbol name (or module+offset when no symbol was found).
         symbol: String,
+        /// File name of the ELF object it is in (`libsqlite3.so.0`), when
+        /// known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        module: Option<String>,
     },
     /// The memory mapping a file-backed or shared-memory page belongs to:
     /// the innermost frame of growth that is not anonymous memory.
@@ -69,7 +73,7 @@ impl fmt::Display for Frame {
                 file,
                 line,
             } => write!(f, "{function} ({file}:{line})"),
-            Self::Native { symbol } => f.write_str(symbol),
+            Self::Native { symbol, .. } => f.write_str(symbol),
             Self::Mapping { mapping, name } => match mapping {
                 MappingKind::File => write!(f, "[file {name}]"),
                 MappingKind::Shmem => write!(f, "[shmem {name}]"),
@@ -95,6 +99,35 @@ impl Frame {
                     && !file.contains("dist-packages/")
             }
             _ => false,
+        }
+    }
+
+    /// The native library this frame runs in, when it is neither the
+    /// interpreter (`python3.11`, `libpython3.11.so.1.0`) nor the C runtime
+    /// (`libc`, the dynamic loader, `libm`, `libpthread`, `libdl`, the vDSO):
+    /// memory a C extension or an embedded library (`libsqlite3.so.0`,
+    /// `_json.cpython-311-x86_64-linux-gnu.so`) allocated itself.
+    pub fn native_library(&self) -> Option<&str> {
+        const RUNTIME: [&str; 8] = [
+            "python",
+            "libpython",
+            "libc.",
+            "libc-",
+            "ld-linux",
+            "libm.",
+            "libpthread",
+            "libdl",
+        ];
+        match self {
+            Self::Native {
+                module: Some(module),
+                ..
+            } if !RUNTIME.iter().any(|prefix| module.starts_with(prefix))
+                && !module.starts_with("[vdso") =>
+            {
+                Some(module)
+            }
+            _ => None,
         }
     }
 

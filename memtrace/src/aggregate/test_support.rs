@@ -25,6 +25,7 @@ pub(crate) fn py(function: &str, file: &str, line: u32) -> Frame {
 pub(crate) fn native(symbol: &str) -> Frame {
     Frame::Native {
         symbol: symbol.to_owned(),
+        module: None,
     }
 }
 

@@ -19,6 +19,7 @@ use crate::{
     capture::AddressChange,
     events::Record,
     process::{proc, PythonState},
+    symbolize::NativeName,
 };
 
 /// Size of one page, in bytes.
@@ -248,11 +249,14 @@ impl Session {
             });
         }
         if record.native_ip != 0 {
-            let symbol = self
-                .symbolizer
-                .symbolize(tgid, record.native_ip)
-                .unwrap_or_else(|| format!("{:#x}", record.native_ip));
-            stack.push(Frame::Native { symbol });
+            let name = self.symbolizer.symbolize(tgid, record.native_ip);
+            stack.push(match name {
+                Some(NativeName { symbol, module }) => Frame::Native { symbol, module },
+                None => Frame::Native {
+                    symbol: format!("{:#x}", record.native_ip),
+                    module: None,
+                },
+            });
         }
         stack
     }

@@ -61,6 +61,11 @@ pub struct Place {
     /// The memory grew under CPython's import machinery: what an `import`
     /// loads.
     pub import_time: bool,
+    /// The native library whose code touched the memory, when it is not the
+    /// interpreter or the C runtime ([`Frame::native_library`]): memory a C
+    /// extension or an embedded library (`libsqlite3.so.0`) allocated.
+    #[serde(default)]
+    pub native_library: Option<String>,
     /// Bytes it holds as the cause's pattern measures them: at the
     /// high-water mark for a spike, copy-on-write bytes for un-sharing,
     /// else at the end (sampled, summed over the processes).
@@ -234,6 +239,9 @@ fn places(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Place> {
             Some(known) => {
                 known.bytes += bytes;
                 known.import_time |= place.import_time;
+                if known.native_library.is_none() {
+                    known.native_library = place.native_library;
+                }
                 if !known.stacks.contains(&path.stack) {
                     known.stacks.push(path.stack);
                 }
@@ -279,6 +287,12 @@ fn place_of(frames: &[Frame]) -> Place {
     Place {
         via: innermost_python.filter(|f| **f != frame).cloned(),
         import_time: frames.iter().any(Frame::is_import_machinery),
+        native_library: frames
+            .iter()
+            .rev()
+            .find(|f| matches!(f, Frame::Native { .. }))
+            .and_then(Frame::native_library)
+            .map(str::to_owned),
         frame,
         bytes: 0,
         share: 0.0,

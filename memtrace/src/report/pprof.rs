@@ -283,7 +283,7 @@ impl<'a> Builder<'a> {
                 file,
                 line,
             } => (function.clone(), file.clone(), i64::from(*line)),
-            Frame::Native { symbol } => (symbol.clone(), String::new(), 0),
+            Frame::Native { symbol, .. } => (symbol.clone(), String::new(), 0),
             Frame::Mapping { .. } | Frame::Unknown { .. } => (frame.to_string(), String::new(), 0),
         };
         let function_id = self.function(name, file);

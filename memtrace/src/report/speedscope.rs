@@ -187,7 +187,7 @@ fn speedscope_frame(frame: &Frame) -> SpeedscopeFrame<'_> {
             file: Some(file),
             line: Some(*line),
         },
-        Frame::Native { symbol } => SpeedscopeFrame {
+        Frame::Native { symbol, .. } => SpeedscopeFrame {
             name: symbol.clone(),
             file: None,
             line: None,

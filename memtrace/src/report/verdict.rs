@@ -241,6 +241,18 @@ fn how_much(report: &Report, cause: &Cause) -> Option<String> {
     ))
 }
 
+/// A native library as people name it: its file name up to `.so` or a
+/// CPython extension's ABI tag, e.g. `libsqlite3` for `libsqlite3.so.0.8.6`
+/// and `_json` for `_json.cpython-311-x86_64-linux-gnu.so`.
+fn library_name(file_name: &str) -> &str {
+    let end = [".so", ".cpython-", ".abi3"]
+        .iter()
+        .filter_map(|cut| file_name.find(cut))
+        .min()
+        .unwrap_or(file_name.len());
+    &file_name[..end.max(1).min(file_name.len())]
+}
+
 /// A spike's height in its process: its RSS at the start, at the
 /// high-water mark and at the end (the process table's START, PEAK, END).
 fn spike_height(report: &Report, cause: &Cause) -> Option<String> {
@@ -275,6 +287,9 @@ fn place_text(pattern: Pattern, place: &Place) -> String {
     if place.import_time {
         line.push_str(", at import");
     }
+    if let Some(library) = &place.native_library {
+        line.push_str(&format!(", native memory ({})", library_name(library)));
+    }
     let measure = match pattern {
         Pattern::Spike | Pattern::EveryWorkerLarge | Pattern::WorkerMultiplication => {
             "held at the high-water mark"
@@ -287,4 +302,20 @@ fn place_text(pattern: Pattern, place: &Place) -> String {
         format_bytes(place.bytes),
         100.0 * place.share
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::library_name;
+
+    #[test]
+    fn libraries_are_named_without_version_or_abi_tag() {
+        assert_eq!(library_name("libsqlite3.so.0.8.6"), "libsqlite3");
+        assert_eq!(
+            library_name("_json.cpython-311-x86_64-linux-gnu.so"),
+            "_json"
+        );
+        assert_eq!(library_name("_cffi_backend.abi3.so"), "_cffi_backend");
+        assert_eq!(library_name("embedded"), "embedded");
+    }
 }

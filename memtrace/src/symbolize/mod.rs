@@ -4,4 +4,4 @@
 
 mod native;
 
-pub use native::NativeSymbolizer;
+pub use native::{NativeName, NativeSymbolizer};

@@ -11,13 +11,23 @@ use blazesym::symbolize::source::{Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
+/// What a native instruction pointer is named by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativeName {
+    /// The function containing it (demangled, without offset), or
+    /// `"<file name>+0x<file offset>"` when its file has no symbol for it.
+    pub symbol: String,
+    /// File name of the ELF object it is in (`libsqlite3.so.0`), when known.
+    pub module: Option<String>,
+}
+
 /// Symbolizes native instruction pointers of live processes, caching every
 /// answer per (tgid, ip) until [`NativeSymbolizer::forget`].
 pub struct NativeSymbolizer {
     symbolizer: Symbolizer,
     normalizer: Normalizer,
     /// tgid → ip → name (`None`: nothing is mapped there).
-    cache: HashMap<u32, HashMap<u64, Option<String>>>,
+    cache: HashMap<u32, HashMap<u64, Option<NativeName>>>,
 }
 
 impl std::fmt::Debug for NativeSymbolizer {
@@ -48,12 +58,13 @@ impl NativeSymbolizer {
     }
 
     /// Name of the function containing address `ip` of process `tgid`
-    /// (demangled, without offset). When the containing file has no symbol
-    /// for it, `"<file name>+0x<file offset>"` (e.g. `"libc.so.6+0x1234"`).
+    /// (demangled, without offset) and the file it is in. When the
+    /// containing file has no symbol for it, `"<file name>+0x<file offset>"`
+    /// (e.g. `"libc.so.6+0x1234"`).
     /// `None` when `ip` is not mapped (0 never is; the app does not ask for
     /// it), in an anonymous mapping, or the process is gone; also for tgid 0,
     /// which blazesym would take as this process.
-    pub fn symbolize(&mut self, tgid: u32, ip: u64) -> Option<String> {
+    pub fn symbolize(&mut self, tgid: u32, ip: u64) -> Option<NativeName> {
         if tgid == 0 {
             return None;
         }
@@ -76,7 +87,7 @@ impl NativeSymbolizer {
         let _ = self.symbolizer.evict(&evict.into());
     }
 
-    fn symbol_name(&self, tgid: u32, ip: u64) -> Option<String> {
+    fn symbol_name(&self, tgid: u32, ip: u64) -> Option<NativeName> {
         let mut process = Process::new(Pid::from(tgid));
         process.debug_syms = false;
         let source = Source::Process(process);
@@ -84,12 +95,19 @@ impl NativeSymbolizer {
             .symbolizer
             .symbolize_single(&source, Input::AbsAddr(ip))
         {
-            Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
+            Ok(Symbolized::Sym(sym)) => Some(NativeName {
+                module: sym
+                    .module
+                    .as_deref()
+                    .and_then(|module| Path::new(module).file_name())
+                    .map(|name| name.to_string_lossy().into_owned()),
+                symbol: sym.name.into_owned(),
+            }),
             Ok(Symbolized::Unknown(_)) | Err(_) => None,
         }
     }
 
-    fn module_offset(&self, tgid: u32, ip: u64) -> Option<String> {
+    fn module_offset(&self, tgid: u32, ip: u64) -> Option<NativeName> {
         let output = self
             .normalizer
             .normalize_user_addrs(Pid::from(tgid), &[ip])
@@ -99,7 +117,10 @@ impl NativeSymbolizer {
             return None;
         };
         let module = Path::new(&elf.path).file_name()?.to_string_lossy();
-        Some(format!("{module}+{file_offset:#x}"))
+        Some(NativeName {
+            symbol: format!("{module}+{file_offset:#x}"),
+            module: Some(module.into_owned()),
+        })
     }
 }
 
@@ -123,7 +144,11 @@ mod tests {
         let ip = memtrace_symbolize_test_target as *const () as u64;
         assert_eq!(memtrace_symbolize_test_target(2), 6);
         let name = symbolizer.symbolize(own_tgid(), ip + 1);
-        assert_eq!(name.as_deref(), Some("memtrace_symbolize_test_target"));
+        let symbol = name.as_ref().map(|n| n.symbol.as_str());
+        assert_eq!(symbol, Some("memtrace_symbolize_test_target"));
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let module = exe.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(name.as_ref().and_then(|n| n.module.clone()), Some(module));
         let cached = |s: &NativeSymbolizer| {
             s.cache
                 .get(&own_tgid())
@@ -145,7 +170,9 @@ mod tests {
         let mut symbolizer = NativeSymbolizer::new();
         let ip = nix::libc::getpid as *const () as u64;
         let name = symbolizer.symbolize(own_tgid(), ip).unwrap();
-        assert!(name.contains("getpid"), "{name}");
+        assert!(name.symbol.contains("getpid"), "{name:?}");
+        let module = name.module.unwrap();
+        assert!(module.starts_with("libc"), "{module}");
     }
 
     #[test]
@@ -161,7 +188,8 @@ mod tests {
         let mut symbolizer = NativeSymbolizer::new();
         let name = symbolizer.symbolize(own_tgid(), start + 0x10).unwrap();
         let module = exe.file_name().unwrap().to_string_lossy();
-        assert_eq!(name, format!("{module}+0x10"));
+        assert_eq!(name.symbol, format!("{module}+0x10"));
+        assert_eq!(name.module.as_deref(), Some(&*module));
     }
 
     #[test]
