@@ -72,6 +72,7 @@ fn py(function: &str, file: &str, line: u32) -> Frame {
 fn native(symbol: &str) -> Frame {
     Frame::Native {
         symbol: symbol.to_owned(),
+        module: None,
     }
 }
 
