@@ -4,7 +4,8 @@
 //! line, how much and how fast, what to do next. The terminal prints it last
 //! (what stays on the screen), the HTML page first. At most
 //! [`MAX_VERDICT_LINES`] lines: strong causes in full (at most
-//! [`MAX_CAUSES_SHOWN`]), weak ones on one "also seen" line each.
+//! [`MAX_CAUSES_SHOWN`]), weak ones in a few words each on one "also seen"
+//! line.
 
 use crate::aggregate::{ProcessReport, Report};
 use crate::diagnose::{Cause, Diagnosed, Pattern, Place, Strength};
@@ -18,7 +19,7 @@ pub(crate) const MAX_VERDICT_LINES: usize = 25;
 /// Strong causes shown in full; the rest are counted.
 const MAX_CAUSES_SHOWN: usize = 3;
 
-/// Weak causes shown on their "also seen" lines; the rest are counted.
+/// Weak causes named on the "also seen" line; the rest are counted.
 const MAX_ALSO_SEEN: usize = 3;
 
 /// Most tgids named in a cause's heading; the rest are counted.
@@ -61,17 +62,16 @@ pub(crate) fn lines(report: &Diagnosed) -> Vec<String> {
             full.len() - MAX_CAUSES_SHOWN
         ));
     }
-    for cause in also.iter().take(MAX_ALSO_SEEN) {
-        lines.push(format!(
-            "  also seen (weak evidence): {}",
-            brief(report, cause)
-        ));
-    }
-    if also.len() > MAX_ALSO_SEEN {
-        lines.push(format!(
-            "  also seen: {} more weak cause(s)",
-            also.len() - MAX_ALSO_SEEN
-        ));
+    if !also.is_empty() {
+        let mut briefs: Vec<String> = also
+            .iter()
+            .take(MAX_ALSO_SEEN)
+            .map(|cause| brief(report, cause))
+            .collect();
+        if also.len() > MAX_ALSO_SEEN {
+            briefs.push(format!("{} more", also.len() - MAX_ALSO_SEEN));
+        }
+        lines.push(format!("  also seen, weak evidence: {}", briefs.join("; ")));
     }
     lines.truncate(MAX_VERDICT_LINES);
     lines
@@ -118,16 +118,31 @@ fn cause_lines(report: &Diagnosed, number: usize, cause: &Cause) -> Vec<String> 
     lines
 }
 
-/// A weak cause on one line: pattern, who, how much, where.
+/// A weak cause in a few words: pattern, which processes, their summed
+/// RSS growth, and its largest place: `retention in master tgid 4312 (+21.1
+/// MiB, <module> (app.py:3), at import)`.
 fn brief(report: &Diagnosed, cause: &Cause) -> String {
-    let mut line = format!("{} in {}", patterns(cause), who(report, cause));
-    if let Some(amount) = how_much(report, cause) {
-        line.push_str(&format!("; {amount}"));
-    }
+    let processes: Vec<&ProcessReport> = cause
+        .processes
+        .iter()
+        .filter_map(|&id| report.process(id))
+        .collect();
+    let who = match processes.as_slice() {
+        [p] => format!("{} {}", p.kind, p.name()),
+        _ => who(report, cause),
+    };
+    let grown: i64 = processes
+        .iter()
+        .filter_map(|p| p.rss.map(|rss| rss.growth_bytes.max(0)))
+        .sum();
+    let mut details = vec![format!("+{}", format_bytes(grown.unsigned_abs()))];
     if let Some(place) = cause.places.first() {
-        line.push_str(&format!("; {}", place_text(cause.pattern, place)));
+        details.push(place.frame.short());
+        if place.import_time {
+            details.push("at import".to_owned());
+        }
     }
-    line
+    format!("{} in {who} ({})", patterns(cause), details.join(", "))
 }
 
 /// The cause's pattern and the others its growth also shows: `one process
