@@ -200,6 +200,61 @@ fn names_native_memory_a_library_allocated_under_the_python_function() {
     );
 }
 
+#[test]
+fn a_launch_shims_shells_are_helpers_not_workers() {
+    // The shim runs pyenv's global version (3.11.7 here).
+    let _python = require_ebpf!(python_3_11());
+    let shim = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default()
+        .join(".pyenv/shims/python3");
+    if !shim.exists() {
+        common::skip(&format!("no pyenv shim at {}", shim.display()));
+        return;
+    }
+    let trace = trace_script(
+        &shim,
+        "prefork_one_leaks.py",
+        &["--workers", "3", "--mib", "96", "--seconds", "5"],
+    );
+    let leaker = trace.workload_event("forked")["leaker_pid"]
+        .as_u64()
+        .unwrap();
+    let kinds: Vec<(&str, u64)> = trace
+        .processes()
+        .iter()
+        .map(|p| (p["kind"].as_str().unwrap(), p["tgid"].as_u64().unwrap()))
+        .collect();
+    let workers: Vec<u64> = kinds
+        .iter()
+        .filter(|k| k.0 == "worker")
+        .map(|k| k.1)
+        .collect();
+    assert_eq!(
+        workers.len(),
+        3,
+        "only the 3 forked Python workers: {kinds:?}"
+    );
+    assert!(workers.contains(&leaker), "{kinds:?}");
+    assert!(
+        kinds.iter().filter(|k| k.0 == "helper").count() >= 5,
+        "the shim's bash processes are helpers: {kinds:?}"
+    );
+    let finding = trace.finding("one_process_grows");
+    assert_eq!(
+        finding["scope"]["tgid"].as_u64(),
+        Some(leaker),
+        "{finding:#}"
+    );
+    assert!(
+        finding["summary"]
+            .as_str()
+            .unwrap()
+            .contains("while its 2 sibling(s) stayed flat"),
+        "{finding:#}"
+    );
+}
+
 /// Most lines of the terminal verdict (`report::verdict::MAX_VERDICT_LINES`).
 const MAX_VERDICT_LINES: usize = 25;
 

@@ -127,6 +127,12 @@ pub(crate) fn prefork_aggregator() -> Aggregator {
         cmdline: "gunicorn app:wsgi".to_owned(),
         ..start(100, None, Role::Root, 1_000)
     });
+    agg.python_status(
+        master,
+        PythonStatus::Python {
+            version: "3.12.1".to_owned(),
+        },
+    );
     let mut workers = Vec::new();
     for tgid in [101, 102, 103] {
         workers.push(agg.process_started(ProcessStart {

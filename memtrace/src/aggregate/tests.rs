@@ -573,7 +573,11 @@ fn kinds_tell_masters_workers_children_and_helpers_apart() {
     let subshell = agg.process_started(start(11, Some(shim), Role::Worker, 2_000));
     let master = agg.process_exec(shim, 3_000, &rss(0, 0), "python3 app.py".to_owned());
     agg.python_status(master, python());
+    // Never probed (short-lived): a fork of a Python image is Python...
     let worker = agg.process_started(start(12, Some(master), Role::Worker, 4_000));
+    // ... a program exec'd by an unprobed fork of the shim is not.
+    let shim_fork = agg.process_started(start(14, Some(shim), Role::Worker, 2_500));
+    let shim_helper = agg.process_exec(shim_fork, 2_600, &rss(0, 0), "bash pyenv-which".to_owned());
     // A subprocess: its fork execs within a millisecond, into Python.
     let fork = agg.process_started(start(13, Some(master), Role::Worker, 5_000));
     agg.python_status(fork, python());
@@ -585,6 +589,8 @@ fn kinds_tell_masters_workers_children_and_helpers_apart() {
     assert_eq!(kind(subshell), ProcessKind::Helper);
     assert_eq!(kind(master), ProcessKind::Master);
     assert_eq!(kind(worker), ProcessKind::Worker);
+    assert_eq!(kind(shim_fork), ProcessKind::Helper);
+    assert_eq!(kind(shim_helper), ProcessKind::Helper);
     assert_eq!(kind(fork), ProcessKind::Helper);
     assert_eq!(kind(child), ProcessKind::Child);
 }

@@ -89,20 +89,20 @@ fn leaf_kind(p: &ProcessReport, is_python: bool) -> ProcessKind {
     }
 }
 
-/// Whether image `p` runs Python: its probed status says so; an image never
-/// probed (it lived too briefly, or no probe could tell) counts as Python
-/// unless it is the fork of an image known not to run Python (the subshells
-/// of a shell or of a launch shim).
+/// Whether image `p` runs Python: its probed status says so, or it was
+/// never probed (it lived too briefly) and it is the fork, before any exec,
+/// of an image that runs Python. An image after an exec that was never
+/// probed does not count: the short-lived programs a launch shim or a shell
+/// runs (`pyenv`'s bash helpers) are never probed.
 fn runs_python(p: &ProcessReport, reports: &[ProcessReport]) -> bool {
     match &p.python {
         Some(PythonStatus::Python { .. } | PythonStatus::Unsupported { .. }) => true,
         Some(PythonStatus::NotPython) => false,
         None => {
-            let parent = p
-                .parent
-                .filter(|_| p.image == 0)
-                .and_then(|parent| reports.iter().find(|r| r.id == parent));
-            !parent.is_some_and(|parent| parent.python == Some(PythonStatus::NotPython))
+            p.image == 0
+                && p.parent
+                    .and_then(|parent| reports.iter().find(|r| r.id == parent))
+                    .is_some_and(|parent| runs_python(parent, reports))
         }
     }
 }

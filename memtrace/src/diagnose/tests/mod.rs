@@ -12,8 +12,8 @@ use memtrace_common::ProcessCounters;
 
 use crate::aggregate::test_support::{native, py, rss, start, MIB};
 use crate::aggregate::{
-    Aggregator, ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart, Report, Role,
-    RunMeta, SampledBytes, Sharing, StackId,
+    Aggregator, ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart, PythonStatus,
+    Report, Role, RunMeta, SampledBytes, Sharing, StackId,
 };
 use crate::units::format_bytes;
 
@@ -24,6 +24,13 @@ const S: u64 = 1_000_000_000;
 
 /// Bytes one sample stands for in these runs (memtrace's default).
 const SAMPLE_BYTES: u64 = 512 * 1024;
+
+/// What the probe finds in these runs' roots and exec'd images.
+fn python_3_12() -> PythonStatus {
+    PythonStatus::Python {
+        version: "3.12.1".to_owned(),
+    }
+}
 
 /// A stack ending in the Python function `function` of `app.py`.
 fn stack(function: &str) -> Vec<Frame> {
@@ -141,11 +148,16 @@ impl Run {
         let (anon_bytes, file_bytes) = ((read.rss_mib - read.file_mib) * MIB, read.file_mib * MIB);
         let counters = rss(anon_bytes, file_bytes);
         let at_ns = p.ts_ns;
+        let is_root = p.role == Role::Root;
         let id = self.agg.process_started(ProcessStart {
             counters,
             cmdline: format!("python3 app.py #{}", p.tgid),
             ..p
         });
+        if is_root {
+            // Probed at attach; forks inherit it (`ProcessKind`).
+            self.agg.python_status(id, python_3_12());
+        }
         self.images.insert(
             id,
             Image {
@@ -307,6 +319,7 @@ impl Run {
         let next = self
             .agg
             .process_exec(id, at_ns, &counters, cmdline.to_owned());
+        self.agg.python_status(next, python_3_12());
         self.images.insert(
             next,
             Image {

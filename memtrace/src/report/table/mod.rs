@@ -14,7 +14,8 @@ use std::io::{self, Write};
 
 use super::{text, verdict, RenderOptions, WrittenFiles};
 use crate::aggregate::{
-    Frame, PathReport, ProcessId, ProcessReport, PythonPath, Report, SampledBytes, Weight,
+    Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, SampledBytes,
+    Weight,
 };
 use crate::diagnose::{Diagnosed, Finding};
 use crate::units::{format_bytes, format_signed_bytes};
@@ -32,6 +33,13 @@ const MAX_COMMAND_CHARS: usize = 40;
 
 /// Most processes named per merged path; the rest are counted.
 const MAX_TGIDS_SHOWN: usize = 8;
+
+/// Helpers that lived under this long ([`is_brief_helper`]) are summed on
+/// one line of the process table. 1 s.
+const BRIEF_HELPER_NS: u64 = 1_000_000_000;
+
+/// ... and grew under this much. 8 MiB.
+const BRIEF_HELPER_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Nanoseconds per second, for durations shown in seconds.
 const NS_PER_S: f64 = 1e9;
@@ -178,8 +186,13 @@ fn processes(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         "{:>9}  {:<6}  {:>10} {:>10} {:>10} {:>11} {:>10} {:>10}  {:<10}  {:<16}  COMMAND",
         "TGID", "ROLE", "RSS START", "END", "PEAK", "GROWTH", "USS END", "COW", "PYTHON", "ENDED"
     )?;
-    for p in &report.processes {
+    let (brief, shown): (Vec<&ProcessReport>, Vec<&ProcessReport>) =
+        report.processes.iter().partition(|p| is_brief_helper(p));
+    for p in shown {
         process_row(p, out)?;
+    }
+    if !brief.is_empty() {
+        brief_helpers_row(&brief, out)?;
     }
     let reused = report.processes.iter().any(|p| p.instance > 1);
     let exec = report.processes.iter().any(|p| p.image > 0);
@@ -194,6 +207,35 @@ fn processes(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "{:>9}  {}", "", legend.join("; "))?;
     }
     Ok(())
+}
+
+/// Whether `p` is a helper (a shell, a launch shim: never runs Python) that
+/// lived under [`BRIEF_HELPER_NS`] and grew under [`BRIEF_HELPER_BYTES`]:
+/// such rows are summed on one line (the JSON has each).
+fn is_brief_helper(p: &ProcessReport) -> bool {
+    p.kind == ProcessKind::Helper
+        && p.traced_ns < BRIEF_HELPER_NS
+        && p.rss
+            .is_none_or(|rss| rss.peak_bytes.saturating_sub(rss.start_bytes) < BRIEF_HELPER_BYTES)
+}
+
+/// One line for the brief helpers: how many, their summed growth and the
+/// largest one's.
+fn brief_helpers_row(brief: &[&ProcessReport], out: &mut dyn Write) -> io::Result<()> {
+    let growth = |p: &&ProcessReport| {
+        p.rss
+            .map_or(0, |rss| rss.growth_bytes.max(0).unsigned_abs())
+    };
+    writeln!(
+        out,
+        "{:>9}  {} that lived under {} (shells, launch shims; no Python): {} of RSS growth in \
+         all, at most {} each; every one is in the JSON",
+        "…",
+        text::counted(brief.len() as u64, "helper", "helpers"),
+        text::seconds(BRIEF_HELPER_NS),
+        format_signed_bytes(brief.iter().map(growth).sum::<u64>() as i64),
+        format_bytes(brief.iter().map(growth).max().unwrap_or(0)),
+    )
 }
 
 /// The TGID column: `4312`, `4312#2` for a reused tgid, `4312.0` and

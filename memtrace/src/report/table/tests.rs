@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use memtrace_common::MemoryEvent;
 
 use super::*;
-use crate::aggregate::test_support::{native, py, sample, start, MIB};
-use crate::aggregate::{Aggregator, ProcessStart, Role, RunMeta};
+use crate::aggregate::test_support::{native, py, rss, sample, start, MIB};
+use crate::aggregate::{Aggregator, ExitStatus, ProcessStart, PythonStatus, Role, RunMeta};
 use crate::diagnose::diagnose;
 use crate::report::fixtures::lifecycle_diagnosed;
 use crate::report::fixtures::{prefork_diagnosed, server_diagnosed};
@@ -474,4 +474,42 @@ fn one_python_line_is_one_path_with_its_native_frames_as_children() {
         ),
         "{merged}"
     );
+}
+
+#[test]
+fn brief_helpers_are_summed_on_one_line() {
+    let mut agg = Aggregator::new(1_000);
+    let python = PythonStatus::Python {
+        version: "3.12.1".to_owned(),
+    };
+    let master = agg.process_started(start(400, None, Role::Root, 1_000));
+    agg.python_status(master, python.clone());
+    let worker = agg.process_started(start(401, Some(master), Role::Worker, 2_000));
+    agg.python_status(worker, python);
+    for tgid in 402..405 {
+        let helper = agg.process_started(ProcessStart {
+            counters: rss(MIB, 0),
+            ..start(tgid, Some(master), Role::Worker, 3_000)
+        });
+        agg.python_status(helper, PythonStatus::NotPython);
+        agg.process_exited(
+            helper,
+            100_000_000,
+            Some(ExitStatus::Code { code: 0 }),
+            Some(&rss(3 * MIB, 0)),
+        );
+    }
+    let report = diagnose(agg.finish(2_000_000_000, RunMeta::default()));
+    let text = render_text(&report, 10);
+    let table = section(&text, PROCESSES);
+    assert!(table.contains("\n      401  worker "), "{table}");
+    assert!(!table.contains("\n      402 "), "{table}");
+    assert!(
+        table.contains(
+            "        …  3 helpers that lived under 1.0 s (shells, launch shims; no Python): \
+             +6.0 MiB of RSS growth in all, at most 2.0 MiB each; every one is in the JSON"
+        ),
+        "{table}"
+    );
+    assert_eq!(report.processes.len(), 5, "the report keeps every row");
 }
