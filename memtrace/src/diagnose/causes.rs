@@ -40,7 +40,8 @@ pub struct Cause {
     /// important first.
     pub findings: Vec<usize>,
     /// The process images it is about, most grown first: its findings'
-    /// processes, or the workers for a tree-wide finding.
+    /// processes; for a tree-wide finding the workers (every process's last
+    /// image when there are none).
     pub processes: Vec<ProcessId>,
     /// Where in the code, largest first (at most 2).
     pub places: Vec<Place>,
@@ -181,12 +182,17 @@ fn same_growth(earlier: &Cause, later: &Cause) -> bool {
 /// The images `cause` is about, most RSS growth first.
 fn processes(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<ProcessId> {
     let mut ids: Vec<ProcessId> = if cause.tree {
-        report
-            .processes
-            .iter()
-            .filter(|p| p.kind == ProcessKind::Worker && p.next_image.is_none())
+        let last_images = report.processes.iter().filter(|p| p.next_image.is_none());
+        let workers: Vec<ProcessId> = last_images
+            .clone()
+            .filter(|p| p.kind == ProcessKind::Worker)
             .map(|p| p.id)
-            .collect()
+            .collect();
+        if workers.is_empty() {
+            last_images.map(|p| p.id).collect()
+        } else {
+            workers
+        }
     } else {
         cause
             .findings

@@ -7,7 +7,7 @@
 //! [`MAX_CAUSES_SHOWN`]), weak ones in a few words each on one "also seen"
 //! line.
 
-use crate::aggregate::{ProcessReport, Report};
+use crate::aggregate::{ProcessKind, ProcessReport, Report};
 use crate::diagnose::{Cause, Diagnosed, Pattern, Place, Strength};
 use crate::units::format_bytes;
 
@@ -164,10 +164,17 @@ fn who(report: &Report, cause: &Cause) -> String {
         .filter_map(|&id| report.process(id))
         .collect();
     if cause.tree {
-        return format!(
-            "the process tree ({})",
-            text::counted(processes.len() as u64, "worker", "workers")
-        );
+        let workers = processes
+            .iter()
+            .filter(|p| p.kind == ProcessKind::Worker)
+            .count();
+        return match workers {
+            0 => "the traced processes".to_owned(),
+            n => format!(
+                "the process tree ({})",
+                text::counted(n as u64, "worker", "workers")
+            ),
+        };
     }
     let command = processes.first().map_or_else(String::new, |p| {
         short_command(&p.cmdline, MAX_COMMAND_CHARS)
