@@ -151,6 +151,7 @@ fn demo(seconds: u32, output_dir: &Path) -> Result<()> {
             .arg("run")
             .arg("--output-dir")
             .arg(output_dir)
+            .args(["--format", "html"])
             .arg("--")
             .arg(&python)
             .arg("examples/prefork_service/run_demo.py")
