@@ -102,7 +102,7 @@ pub struct Diagnosed {
     /// Growth patterns found, strongest first ([`findings`](super::findings)).
     pub diagnosis: Vec<Finding>,
     /// The findings grouped by cause, most important first
-    /// ([`causes`](super::causes::causes)): what the verdict shows.
+    /// ([`Cause`]): what the verdict shows.
     #[serde(default)]
     pub causes: Vec<Cause>,
 }

@@ -20,7 +20,9 @@
 //! process's `memory` as a finding reads it, and returned as the types of
 //! `finding`. Every threshold is a named constant below; a finding whose
 //! evidence falls short of the strong thresholds is [`Strength::Weak`] and
-//! its last evidence line says why.
+//! its last evidence line says why. Last, `causes` groups the findings into
+//! one [`Cause`] per cause (the same leak in every worker is one cause), the
+//! entries of the verdict.
 //!
 //! Rules that keep one growth from being told twice or wrongly:
 //! - a process whose growth is mostly file-backed gets a
@@ -189,7 +191,7 @@ const STEADY_MIN_HELD_SHARE: f64 = 0.5;
 /// grew more than this many times what it held at most. 2.
 const RETOUCHED_RATIO: u64 = 2;
 
-/// Diagnoses `report`: its [`findings`], grouped into [`causes::causes`].
+/// Diagnoses `report`: its [`findings`], grouped into [`Cause`]s.
 pub fn diagnose(report: Report) -> Diagnosed {
     let diagnosis = findings(&report);
     let causes = causes::causes(&report, &diagnosis);
