@@ -346,6 +346,131 @@ mod tests {
         assert!(err.to_string().contains("no process with PID 4999999"));
     }
 
+    /// Waits up to 5 s for `check` to hold.
+    fn wait_for(mut check: impl FnMut() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if check() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn state(pid: u32) -> Option<char> {
+        Process::new(pid as i32)
+            .and_then(|p| p.stat())
+            .ok()
+            .map(|s| s.state)
+    }
+
+    #[test]
+    fn a_zombie_is_named_with_the_parent_that_has_not_reaped_it() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        assert!(
+            wait_for(|| state(pid) == Some('Z')),
+            "{pid} never became a zombie"
+        );
+        let err = check_exists(pid).unwrap_err();
+        let me = std::process::id();
+        assert!(
+            matches!(err, ProcError::Zombie { pid: p, parent, .. } if p == pid && parent == me),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("PID {pid} exited (zombie); its parent {me} (`")),
+            "{text}"
+        );
+        assert!(text.contains("has not reaped it"), "{text}");
+        child.wait().unwrap();
+        assert!(matches!(
+            check_exists(pid),
+            Err(ProcError::NoSuchProcess { .. })
+        ));
+    }
+
+    #[test]
+    fn a_kernel_thread_is_refused_as_one() {
+        let Some(kthread) = procfs::process::all_processes()
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter_map(|p| p.stat().ok())
+            .find(is_kernel_thread)
+        else {
+            eprintln!("skipping: no kernel thread is visible here (a container?)");
+            return;
+        };
+        let pid = kthread.pid as u32;
+        let err = check_exists(pid).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "PID {pid} (`[{}]`) is a kernel thread: it has no user memory to trace",
+                kthread.comm
+            )
+        );
+    }
+
+    #[test]
+    fn a_process_whose_main_thread_exited_is_read_through_another_thread() {
+        let Some(python) = ["/usr/bin/python3", "/usr/local/bin/python3"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+        else {
+            eprintln!("skipping: no python3 to run pthread_exit in");
+            return;
+        };
+        let mut child = std::process::Command::new(python)
+            .args([
+                "-c",
+                "import threading,time,ctypes\n\
+                 threading.Thread(target=lambda: time.sleep(10)).start()\n\
+                 ctypes.CDLL(None).pthread_exit(None)",
+            ])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(
+            wait_for(|| state(pid) == Some('Z')),
+            "main thread of {pid} never exited"
+        );
+        let reader = reader_pid(pid).unwrap();
+        assert_ne!(reader, pid);
+        assert!(rss_bytes(pid).unwrap()[MM_ANONPAGES] > 0);
+        assert!(sharing(pid).unwrap().uss_bytes > 0);
+        assert!(
+            command_line(pid).contains("pthread_exit"),
+            "{}",
+            command_line(pid)
+        );
+        assert!(start_time_ns(pid).unwrap() > 0);
+        check_traceable(pid).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn no_access_names_cap_sys_ptrace_when_missing() {
+        let without = no_access(
+            7,
+            1000,
+            &Privileges::with(65534, &[Capability::CAP_PERFMON]),
+        );
+        assert_eq!(
+            without.to_string(),
+            "cannot read the memory of PID 7 (uid 1000) as uid 65534: memtrace needs \
+             CAP_SYS_PTRACE to read the memory of another user's process, or of one with \
+             capabilities it lacks"
+        );
+        let with = no_access(7, 1000, &Privileges::with(0, &[Capability::CAP_SYS_PTRACE]));
+        assert!(with
+            .to_string()
+            .contains("although memtrace has CAP_SYS_PTRACE"));
+    }
+
     #[test]
     fn reads_own_rss_start_time_sharing_and_command_line() {
         let me = std::process::id();

@@ -99,7 +99,7 @@ pub enum ProbeError {
     },
     /// /proc/PID/maps or the mapped file was not readable.
     #[error(
-        "permission denied reading `{path}` of process {tgid} (run as root or with CAP_SYS_PTRACE)"
+        "permission denied reading `{path}` of process {tgid}: memtrace needs CAP_SYS_PTRACE to read another user's process"
     )]
     PermissionDenied {
         /// The process.
