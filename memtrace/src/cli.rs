@@ -153,6 +153,10 @@ pub struct RecordArgs {
     /// traced too unless --no-follow-forks is given.
     #[arg(long = "pid", value_name = "PID", required = true)]
     pub pids: Vec<u32>,
+    /// Allow `--pid 1` with its forks followed: PID 1 is the ancestor of
+    /// every process, so this traces the whole machine.
+    #[arg(long)]
+    pub allow_init: bool,
     /// Options shared with `run`.
     #[command(flatten)]
     pub common: CommonArgs,

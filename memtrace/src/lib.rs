@@ -13,6 +13,7 @@
 //! `diagnose` (which growth pattern, with evidence) →
 //! `report` (table, folded stacks, JSON, flame graph, speedscope, pprof,
 //! HTML); `diff` compares two captures or two times of one.
+//! `privileges` says which capability a refusal lacks, before any step.
 //! `app` wires the steps together for each command; `units` formats
 //! sizes for every step that prints them.
 #![deny(missing_docs)]
@@ -27,6 +28,7 @@ pub mod diff;
 pub mod events;
 pub mod held;
 pub mod live;
+pub mod privileges;
 pub mod process;
 pub mod python;
 pub mod report;

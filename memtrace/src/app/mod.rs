@@ -33,7 +33,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         .context("cannot start the tokio runtime")?;
     runtime.block_on(async {
         match cli.command {
-            Command::Record(args) => record(args.pids, args.common).await,
+            Command::Record(args) => record(args.pids, args.allow_init, args.common).await,
             Command::Run(args) => run_command(&args.command, args.common).await,
             Command::Report(args) => output::report_command(&args),
             Command::Diff(args) => crate::diff::run(&args),
@@ -43,9 +43,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 
 /// `memtrace record --pid ...`: traces running processes and, unless
 /// `--no-follow-forks`, their existing descendants and later forks.
-async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
+async fn record(pids: Vec<u32>, allow_init: bool, common: CommonArgs) -> Result<ExitCode> {
     for &pid in &pids {
-        proc::check_exists(pid)?;
+        check_target(pid, allow_init, common.no_follow_forks)?;
     }
     let command = format!("memtrace record --pid {}", join(&pids));
     let (mut session, mut reader) = Session::start(&common, &command)?;
@@ -55,6 +55,7 @@ async fn record(pids: Vec<u32>, common: CommonArgs) -> Result<ExitCode> {
             session.add_descendants(pid, root);
         }
     }
+    session.attached(false);
     session.trace(&mut reader, &common, None).await?;
     session.finish(&reader, &common, None)
 }
@@ -70,12 +71,29 @@ async fn run_command(argv: &[std::ffi::OsString], common: CommonArgs) -> Result<
     let (mut session, mut reader) = Session::start(&common, &command)?;
     let held = spawn_held(argv)?;
     session.add_launched(held.pid)?;
+    session.attached(true);
     let mut child = held.release()?;
     session
         .trace(&mut reader, &common, Some(&mut child))
         .await?;
     let status = session::stop_child(&mut child);
     session.finish(&reader, &common, status)
+}
+
+/// Refuses a `record --pid` target that cannot or should not be traced: a
+/// zombie, a kernel thread, a process whose memory may not be read, and
+/// PID 1 with its forks followed (every process descends from it: that
+/// would trace the whole machine) unless `--allow-init`.
+fn check_target(pid: u32, allow_init: bool, no_follow_forks: bool) -> Result<()> {
+    if pid == 1 && !allow_init && !no_follow_forks {
+        anyhow::bail!(
+            "PID 1 (`{}`) is the ancestor of every process: following its forks would trace \
+             the whole machine; add --no-follow-forks to trace PID 1 alone, or --allow-init to \
+             trace every process",
+            proc::command_line(1)
+        );
+    }
+    Ok(proc::check_traceable(pid)?)
 }
 
 fn join(pids: &[u32]) -> String {

@@ -84,6 +84,14 @@ pub(super) struct Session {
     /// Most entries and bytes the held-page map had at a flush.
     pub(super) held_map_peak: (u64, u64),
     started: Instant,
+    /// When memtrace began to load the programs.
+    load_started: Instant,
+    /// How long attaching took (see [`Session::attached`]), ns.
+    pub(super) attach_ns: u64,
+    /// When every target was traced, Unix time in ns.
+    pub(super) attached_unix_ns: u64,
+    /// `memtrace run`: the command was held until attached.
+    pub(super) command_held: bool,
     pub(super) start_ns: u64,
     pub(super) sample_interval_bytes: u64,
     pub(super) stop_reason: Option<StopReason>,
@@ -100,6 +108,7 @@ impl Session {
     /// Loads and attaches the kernel side and creates the capture file;
     /// returns the session and the reader of its ring buffer.
     pub(super) fn start(common: &CommonArgs, command: &str) -> Result<(Self, RecordReader)> {
+        let load_started = Instant::now();
         super::output::check_output_dir(&common.output_dir)?;
         super::output::check_per_process(common);
         let options = TracerOptions {
@@ -134,11 +143,27 @@ impl Session {
             missing: Vec::new(),
             held_map_peak: (0, 0),
             started: Instant::now(),
+            load_started,
+            attach_ns: 0,
+            attached_unix_ns: 0,
+            command_held: false,
             start_ns,
             sample_interval_bytes: common.sample_bytes,
             stop_reason: None,
         };
         Ok((session, reader))
+    }
+
+    /// Marks every target traced: the report says how long attaching took
+    /// and, unless `command_held` (`memtrace run` holds its command before
+    /// its first instruction until now), that growth before now is not
+    /// seen.
+    pub(super) fn attached(&mut self, command_held: bool) {
+        self.attach_ns = u64::try_from(self.load_started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.attached_unix_ns = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.command_held = command_held;
     }
 
     /// Starts tracing a process that already runs (a target or one of its

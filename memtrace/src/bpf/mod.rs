@@ -123,16 +123,18 @@ pub const PYTHON_TEARDOWN_SYMBOL: &str = "_PyThreadState_DeleteExcept";
 /// Errors of loading, attaching and reading the BPF side.
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {
-    /// The process may not load tracing programs.
+    /// The process may not load tracing programs: a capability is missing.
     #[error(
-        "memtrace needs root, or the capabilities {missing} (effective set `{effective}`): \
-         run it with sudo"
+        "memtrace cannot load its tracing programs: {missing} missing from its effective \
+         capabilities (of CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN it has: {effective}); {hint}"
     )]
     NotPrivileged {
         /// Capabilities that are missing, e.g. `CAP_BPF and CAP_PERFMON`.
         missing: String,
-        /// The effective capability set, in hex.
+        /// Which of the capabilities that matter it has, by name.
         effective: String,
+        /// What to do, which depends on whether it runs as root.
+        hint: String,
     },
     /// The kernel publishes no BTF.
     #[error(
@@ -154,6 +156,33 @@ pub enum BpfError {
         path: PathBuf,
         /// Why `mount` failed.
         detail: String,
+    },
+    /// tracefs is not mounted and this process may not mount it.
+    #[error(
+        "tracefs is not mounted at `{}`, and mounting it needs CAP_SYS_ADMIN, which memtrace \
+         does not have: run `mount -t tracefs nodev {}` as root once",
+        path.display(), path.display()
+    )]
+    TracefsUnmounted {
+        /// The mount point.
+        path: PathBuf,
+    },
+    /// tracefs is mounted but this process may not read it.
+    #[error(
+        "tracefs at `{}` (mode {mode:04o}, owner uid {owner_uid}) cannot be read by uid {uid} \
+         without CAP_DAC_READ_SEARCH: memtrace reads the ids of its syscall tracepoints there; \
+         add CAP_DAC_READ_SEARCH, or run as uid {owner_uid}",
+        path.display()
+    )]
+    TracefsDenied {
+        /// The mount point.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+        /// Its owner.
+        owner_uid: u32,
+        /// memtrace's effective uid.
+        uid: u32,
     },
     /// The kernel BTF could not be parsed.
     #[error("cannot read kernel BTF `{}`: {detail}", path.display())]
@@ -268,7 +297,8 @@ impl Tracer {
     ///
     /// # Errors
     /// Any preflight error ([`BpfError::NotPrivileged`], [`BpfError::NoBtf`],
-    /// [`BpfError::Tracefs`]), [`BpfError::ObjectMissing`], a BTF error, or a
+    /// [`BpfError::Tracefs`], [`BpfError::TracefsUnmounted`],
+    /// [`BpfError::TracefsDenied`]), [`BpfError::ObjectMissing`], a BTF error, or a
     /// load / verifier error.
     pub fn load(opts: &TracerOptions) -> Result<Self, BpfError> {
         preflight::check()?;

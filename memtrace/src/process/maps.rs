@@ -50,7 +50,8 @@ impl MappingNames {
 
 /// The mappings of `tgid`, sorted by address.
 fn read_maps(tgid: u32) -> Option<Vec<Mapping>> {
-    let maps = Process::new(tgid as i32).ok()?.maps().ok()?;
+    let reader = super::proc::reader_pid(tgid).ok()?;
+    let maps = Process::new(reader as i32).ok()?.maps().ok()?;
     let mut mappings: Vec<Mapping> = maps
         .into_iter()
         .map(|m| Mapping {

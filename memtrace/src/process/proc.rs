@@ -2,13 +2,15 @@
 //! start time, RSS counters at attach, PSS and USS, descendants), via the
 //! procfs crate.
 
+use caps::Capability;
 use memtrace_common::{ProcessCounters, MM_ANONPAGES, MM_FILEPAGES, MM_SHMEMPAGES, MM_SWAPENTS};
-use procfs::process::Process;
+use procfs::process::{Process, Stat, StatFlags};
 use thiserror::Error;
 
 use super::Sharing;
+use crate::privileges::Privileges;
 
-/// A /proc read that failed.
+/// A /proc read that failed, or a process that cannot be traced.
 #[derive(Debug, Error)]
 pub enum ProcError {
     /// No process has this PID.
@@ -16,6 +18,39 @@ pub enum ProcError {
     NoSuchProcess {
         /// The PID asked for.
         pid: u32,
+    },
+    /// The process has exited but its parent has not collected its status.
+    #[error(
+        "PID {pid} exited (zombie); its parent {parent} (`{parent_command}`) has not reaped it: \
+         no memory is left to trace"
+    )]
+    Zombie {
+        /// The PID asked for.
+        pid: u32,
+        /// Its parent's PID.
+        parent: u32,
+        /// Its parent's command line.
+        parent_command: String,
+    },
+    /// The PID is a kernel thread.
+    #[error("PID {pid} (`[{comm}]`) is a kernel thread: it has no user memory to trace")]
+    KernelThread {
+        /// The PID asked for.
+        pid: u32,
+        /// Its name.
+        comm: String,
+    },
+    /// The process's memory may not be read by this one.
+    #[error("cannot read the memory of PID {pid} (uid {owner_uid}) as uid {uid}: {hint}")]
+    NoAccess {
+        /// The PID asked for.
+        pid: u32,
+        /// The uid the process runs as.
+        owner_uid: u32,
+        /// memtrace's effective uid.
+        uid: u32,
+        /// What is missing.
+        hint: String,
     },
     /// The process exists but cannot be read.
     #[error("cannot read /proc/{pid}")]
@@ -28,14 +63,11 @@ pub enum ProcError {
     },
 }
 
+/// The process through which /proc shows `pid`'s memory (see
+/// [`reader_pid`]).
 fn open(pid: u32) -> Result<Process, ProcError> {
-    let process = Process::new(pid as i32).map_err(|source| classify(pid, source))?;
-    // A zombie has no memory to trace.
-    match process.stat() {
-        Ok(stat) if stat.state == 'Z' => Err(ProcError::NoSuchProcess { pid }),
-        Ok(_) => Ok(process),
-        Err(source) => Err(classify(pid, source)),
-    }
+    let reader = reader_pid(pid)?;
+    Process::new(reader as i32).map_err(|source| classify(pid, source))
 }
 
 fn classify(pid: u32, source: procfs::ProcError) -> ProcError {
@@ -45,20 +77,114 @@ fn classify(pid: u32, source: procfs::ProcError) -> ProcError {
     }
 }
 
-/// Checks that `pid` names a live (not zombie) process.
+/// The PID whose /proc directory shows the memory of process `tgid`:
+/// `tgid` itself, or, when its main thread has exited (`pthread_exit`)
+/// while other threads run, one of those threads (`/proc/TID` shows the
+/// process's maps, memory and counters; the leader's is empty).
 ///
 /// # Errors
-/// [`ProcError::NoSuchProcess`] when it does not; [`ProcError::Unreadable`]
-/// when /proc cannot be read.
+/// [`ProcError::NoSuchProcess`], [`ProcError::Zombie`] (every thread has
+/// exited), [`ProcError::KernelThread`], [`ProcError::Unreadable`].
+pub fn reader_pid(tgid: u32) -> Result<u32, ProcError> {
+    let process = Process::new(tgid as i32).map_err(|source| classify(tgid, source))?;
+    let stat = process.stat().map_err(|source| classify(tgid, source))?;
+    if is_kernel_thread(&stat) {
+        return Err(ProcError::KernelThread {
+            pid: tgid,
+            comm: stat.comm,
+        });
+    }
+    if !is_dead(stat.state) {
+        return Ok(tgid);
+    }
+    live_thread(&process, tgid).ok_or_else(|| {
+        let parent = u32::try_from(stat.ppid).unwrap_or(0);
+        ProcError::Zombie {
+            pid: tgid,
+            parent,
+            parent_command: command_line(parent),
+        }
+    })
+}
+
+/// `Z` (zombie) or `X` (dead): the task has exited.
+fn is_dead(state: char) -> bool {
+    matches!(state, 'Z' | 'X')
+}
+
+fn is_kernel_thread(stat: &Stat) -> bool {
+    StatFlags::from_bits_truncate(stat.flags).contains(StatFlags::PF_KTHREAD)
+}
+
+/// A thread of `process` other than its leader `tgid` that has not exited.
+fn live_thread(process: &Process, tgid: u32) -> Option<u32> {
+    process
+        .tasks()
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|task| task.tid != tgid as i32)
+        .find(|task| task.stat().is_ok_and(|stat| !is_dead(stat.state)))
+        .and_then(|task| u32::try_from(task.tid).ok())
+}
+
+/// Checks that `pid` names a live process: not a zombie (a process whose
+/// main thread alone exited is live), not a kernel thread.
+///
+/// # Errors
+/// As [`reader_pid`].
 pub fn check_exists(pid: u32) -> Result<(), ProcError> {
-    open(pid).map(|_| ())
+    reader_pid(pid).map(|_| ())
+}
+
+/// Checks that `pid` is a live user process whose memory this process may
+/// read, as `record --pid` needs to walk its Python stacks: opening
+/// `/proc/PID/mem` takes `PTRACE_MODE_ATTACH` (`CAP_PERFMON` allows only
+/// the maps and counters, `PTRACE_MODE_READ`).
+///
+/// # Errors
+/// As [`reader_pid`], and [`ProcError::NoAccess`] naming `CAP_SYS_PTRACE`
+/// when it is missing.
+pub fn check_traceable(pid: u32) -> Result<(), ProcError> {
+    let reader = reader_pid(pid)?;
+    match std::fs::File::open(format!("/proc/{reader}/mem")) {
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+            let owner_uid = Process::new(reader as i32)
+                .and_then(|p| p.uid())
+                .unwrap_or(u32::MAX);
+            Err(no_access(pid, owner_uid, &Privileges::current()))
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            Err(ProcError::NoSuchProcess { pid })
+        }
+        Err(err) => Err(classify(pid, procfs::ProcError::Io(err, None))),
+    }
+}
+
+/// The error for a process whose memory may not be read.
+fn no_access(pid: u32, owner_uid: u32, privileges: &Privileges) -> ProcError {
+    let hint = if privileges.has(Capability::CAP_SYS_PTRACE) {
+        "access was denied although memtrace has CAP_SYS_PTRACE (Yama's ptrace_scope 3, or a \
+         security module?)"
+    } else {
+        "memtrace needs CAP_SYS_PTRACE to read the memory of another user's process, or of one \
+         with capabilities it lacks"
+    };
+    ProcError::NoAccess {
+        pid,
+        owner_uid,
+        uid: privileges.uid,
+        hint: hint.to_owned(),
+    }
 }
 
 /// The process's command line joined with spaces, or its `comm` in brackets
 /// when the command line is empty (kernel threads, exiting processes), or
-/// `"?"` when neither can be read.
+/// `"?"` when neither can be read. Read through a live thread when the
+/// main thread alone has exited.
 pub fn command_line(pid: u32) -> String {
-    let Ok(process) = Process::new(pid as i32) else {
+    let reader = reader_pid(pid).unwrap_or(pid);
+    let Ok(process) = Process::new(reader as i32) else {
         return "?".to_owned();
     };
     match process.cmdline() {
@@ -112,7 +238,10 @@ pub fn initial_counters(pid: u32, parent_tgid: u32) -> Result<ProcessCounters, P
 /// # Errors
 /// When the process is gone or /proc cannot be read.
 pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
-    let stat = open(pid)?.stat().map_err(|source| classify(pid, source))?;
+    // The leader's, even when it alone has exited: the process's identity.
+    let stat = Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .map_err(|source| classify(pid, source))?;
     let ticks_per_second = procfs::ticks_per_second().max(1);
     Ok(stat
         .starttime
@@ -126,8 +255,8 @@ pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
 /// # Errors
 /// When the process is gone (or a zombie) or the file cannot be read.
 pub fn sharing(pid: u32) -> Result<Sharing, ProcError> {
-    let rollup = Process::new(pid as i32)
-        .and_then(|p| p.smaps_rollup())
+    let rollup = open(pid)?
+        .smaps_rollup()
         .map_err(|source| classify(pid, source))?;
     let field = |name: &str| -> u64 {
         rollup
@@ -171,7 +300,7 @@ pub fn descendants(root: u32) -> Result<Vec<(u32, u32)>, ProcError> {
     let pairs: Vec<(u32, u32)> = all
         .filter_map(Result::ok)
         .filter_map(|p| p.stat().ok())
-        .filter(|stat| stat.state != 'Z')
+        .filter(|stat| !is_dead(stat.state) || reader_pid(stat.pid as u32).is_ok())
         .filter_map(|stat| {
             Some((
                 u32::try_from(stat.pid).ok()?,
@@ -215,6 +344,131 @@ mod tests {
         let err = check_exists(4_999_999).unwrap_err();
         assert!(matches!(err, ProcError::NoSuchProcess { pid: 4_999_999 }));
         assert!(err.to_string().contains("no process with PID 4999999"));
+    }
+
+    /// Waits up to 5 s for `check` to hold.
+    fn wait_for(mut check: impl FnMut() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if check() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn state(pid: u32) -> Option<char> {
+        Process::new(pid as i32)
+            .and_then(|p| p.stat())
+            .ok()
+            .map(|s| s.state)
+    }
+
+    #[test]
+    fn a_zombie_is_named_with_the_parent_that_has_not_reaped_it() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        assert!(
+            wait_for(|| state(pid) == Some('Z')),
+            "{pid} never became a zombie"
+        );
+        let err = check_exists(pid).unwrap_err();
+        let me = std::process::id();
+        assert!(
+            matches!(err, ProcError::Zombie { pid: p, parent, .. } if p == pid && parent == me),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("PID {pid} exited (zombie); its parent {me} (`")),
+            "{text}"
+        );
+        assert!(text.contains("has not reaped it"), "{text}");
+        child.wait().unwrap();
+        assert!(matches!(
+            check_exists(pid),
+            Err(ProcError::NoSuchProcess { .. })
+        ));
+    }
+
+    #[test]
+    fn a_kernel_thread_is_refused_as_one() {
+        let Some(kthread) = procfs::process::all_processes()
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter_map(|p| p.stat().ok())
+            .find(is_kernel_thread)
+        else {
+            eprintln!("skipping: no kernel thread is visible here (a container?)");
+            return;
+        };
+        let pid = kthread.pid as u32;
+        let err = check_exists(pid).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "PID {pid} (`[{}]`) is a kernel thread: it has no user memory to trace",
+                kthread.comm
+            )
+        );
+    }
+
+    #[test]
+    fn a_process_whose_main_thread_exited_is_read_through_another_thread() {
+        let Some(python) = ["/usr/bin/python3", "/usr/local/bin/python3"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+        else {
+            eprintln!("skipping: no python3 to run pthread_exit in");
+            return;
+        };
+        let mut child = std::process::Command::new(python)
+            .args([
+                "-c",
+                "import threading,time,ctypes\n\
+                 threading.Thread(target=lambda: time.sleep(10)).start()\n\
+                 ctypes.CDLL(None).pthread_exit(None)",
+            ])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(
+            wait_for(|| state(pid) == Some('Z')),
+            "main thread of {pid} never exited"
+        );
+        let reader = reader_pid(pid).unwrap();
+        assert_ne!(reader, pid);
+        assert!(rss_bytes(pid).unwrap()[MM_ANONPAGES] > 0);
+        assert!(sharing(pid).unwrap().uss_bytes > 0);
+        assert!(
+            command_line(pid).contains("pthread_exit"),
+            "{}",
+            command_line(pid)
+        );
+        assert!(start_time_ns(pid).unwrap() > 0);
+        check_traceable(pid).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn no_access_names_cap_sys_ptrace_when_missing() {
+        let without = no_access(
+            7,
+            1000,
+            &Privileges::with(65534, &[Capability::CAP_PERFMON]),
+        );
+        assert_eq!(
+            without.to_string(),
+            "cannot read the memory of PID 7 (uid 1000) as uid 65534: memtrace needs \
+             CAP_SYS_PTRACE to read the memory of another user's process, or of one with \
+             capabilities it lacks"
+        );
+        let with = no_access(7, 1000, &Privileges::with(0, &[Capability::CAP_SYS_PTRACE]));
+        assert!(with
+            .to_string()
+            .contains("although memtrace has CAP_SYS_PTRACE"));
     }
 
     #[test]

@@ -73,7 +73,9 @@ impl ProcessMemory {
     /// [`MemError::Open`] when the process is gone or the caller may not
     /// ptrace it.
     pub fn open(tgid: u32) -> Result<Self, MemError> {
-        let path = PathBuf::from(format!("/proc/{tgid}/mem"));
+        // Through a live thread when the main thread alone has exited.
+        let reader = crate::process::proc::reader_pid(tgid).unwrap_or(tgid);
+        let path = PathBuf::from(format!("/proc/{reader}/mem"));
         let file = File::open(&path).map_err(|source| MemError::Open { path, source })?;
         Ok(Self { tgid, file })
     }

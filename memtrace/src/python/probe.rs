@@ -99,7 +99,7 @@ pub enum ProbeError {
     },
     /// /proc/PID/maps or the mapped file was not readable.
     #[error(
-        "permission denied reading `{path}` of process {tgid} (run as root or with CAP_SYS_PTRACE)"
+        "permission denied reading `{path}` of process {tgid}: memtrace needs CAP_SYS_PTRACE to read another user's process"
     )]
     PermissionDenied {
         /// The process.
@@ -180,13 +180,16 @@ pub enum ProbeError {
 /// unsupported CPython (the message names the version and the supported
 /// ones).
 pub fn probe(tgid: u32) -> Result<Probe, ProbeError> {
-    let pid = i32::try_from(tgid).map_err(|_| ProbeError::ProcessGone { tgid })?;
+    // Through a live thread when the main thread alone has exited.
+    let reader =
+        crate::process::proc::reader_pid(tgid).map_err(|_| ProbeError::ProcessGone { tgid })?;
+    let pid = i32::try_from(reader).map_err(|_| ProbeError::ProcessGone { tgid })?;
     let process = procfs::process::Process::new(pid).map_err(|e| proc_error(tgid, e))?;
     let maps = process.maps().map_err(|e| proc_error(tgid, e))?;
     let exe = process.exe().ok();
     let maps: Vec<MemoryMap> = maps.into_iter().collect();
     for path in candidate_paths(&maps, exe.as_deref()) {
-        let Some(symbols) = find_runtime(tgid, &maps, &path)? else {
+        let Some(symbols) = find_runtime(reader, &maps, &path)? else {
             continue;
         };
         return read_runtime(tgid, path, &symbols);

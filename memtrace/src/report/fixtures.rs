@@ -184,6 +184,10 @@ pub(crate) fn lifecycle_report() -> Report {
             sample_interval_bytes: 512 * 1024,
             held_map_peak_entries: 1_200,
             held_map_peak_bytes: 96 * 1024,
+            attach_ns: 1_400_000_000,
+            // 2026-01-02 03:04:05.600 UTC.
+            attached_unix_ns: 1_767_323_045_600_000_000,
+            command_held: false,
         },
     )
 }

@@ -88,7 +88,9 @@ impl NativeSymbolizer {
     }
 
     fn symbol_name(&self, tgid: u32, ip: u64) -> Option<NativeName> {
-        let mut process = Process::new(Pid::from(tgid));
+        // Through a live thread when the main thread alone has exited.
+        let reader = crate::process::proc::reader_pid(tgid).unwrap_or(tgid);
+        let mut process = Process::new(Pid::from(reader));
         process.debug_syms = false;
         let source = Source::Process(process);
         match self
@@ -110,7 +112,10 @@ impl NativeSymbolizer {
     fn module_offset(&self, tgid: u32, ip: u64) -> Option<NativeName> {
         let output = self
             .normalizer
-            .normalize_user_addrs(Pid::from(tgid), &[ip])
+            .normalize_user_addrs(
+                Pid::from(crate::process::proc::reader_pid(tgid).unwrap_or(tgid)),
+                &[ip],
+            )
             .ok()?;
         let &(file_offset, meta_index) = output.outputs.first()?;
         let UserMeta::Elf(elf) = output.meta.get(meta_index)? else {

@@ -52,6 +52,20 @@ pub struct RunMeta {
     /// Most heap bytes it used at once (estimated from its entries).
     #[serde(default)]
     pub held_map_peak_bytes: u64,
+    /// How long attaching took, in nanoseconds: from memtrace's start
+    /// (loading, verifying and attaching the programs) until every target
+    /// was traced. 0 when not known (captures of older versions).
+    #[serde(default)]
+    pub attach_ns: u64,
+    /// When every target was traced, Unix time in nanoseconds: growth
+    /// before it is not seen (a target's RSS at start is what it held
+    /// then). 0 when not known.
+    #[serde(default)]
+    pub attached_unix_ns: u64,
+    /// The traced command was held before its first instruction until
+    /// tracing was attached (`memtrace run`): none of its growth is missed.
+    #[serde(default)]
+    pub command_held: bool,
 }
 
 /// Run-wide totals. Sums over processes count each image once; tree

@@ -513,3 +513,39 @@ fn brief_helpers_are_summed_on_one_line() {
     );
     assert_eq!(report.processes.len(), 5, "the report keeps every row");
 }
+
+/// The header line under the first one, about what attaching hid.
+fn attach_header(report: &Diagnosed) -> Option<String> {
+    let text = render_text(report, 10);
+    let first = text
+        .lines()
+        .position(|l| l.starts_with("memtrace: traced `"))
+        .unwrap();
+    text.lines()
+        .nth(first + 1)
+        .filter(|l| l.starts_with("memtrace: "))
+        .map(str::to_owned)
+}
+
+#[test]
+fn the_header_says_what_attaching_missed() {
+    let mut report = lifecycle_diagnosed();
+    assert_eq!(
+        attach_header(&report).as_deref(),
+        Some(
+            "memtrace: growth before 03:04:05 UTC (attaching took 1.4 s) is not seen: RSS START \
+             is what each process held then"
+        )
+    );
+    report.report.meta.command_held = true;
+    assert_eq!(
+        attach_header(&report).as_deref(),
+        Some(
+            "memtrace: the command was held before its first instruction until tracing was \
+             attached (attaching took 1.4 s): none of its growth is missed"
+        )
+    );
+    // Captures of older versions did not measure it: nothing is claimed.
+    report.report.meta.attach_ns = 0;
+    assert_eq!(attach_header(&report), None);
+}
