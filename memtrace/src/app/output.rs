@@ -46,6 +46,7 @@ impl Session {
             sample_interval_bytes: self.sample_interval_bytes,
             held_map_peak_entries: self.held_map_peak.0,
             held_map_peak_bytes: self.held_map_peak.1,
+            command_status,
         };
         let stop = self.stop_reason;
         let (report, capture_error) = self.recorder.finish(end_ns, meta);

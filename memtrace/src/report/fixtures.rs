@@ -184,6 +184,7 @@ pub(crate) fn lifecycle_report() -> Report {
             sample_interval_bytes: 512 * 1024,
             held_map_peak_entries: 1_200,
             held_map_peak_bytes: 96 * 1024,
+            command_status: None,
         },
     )
 }

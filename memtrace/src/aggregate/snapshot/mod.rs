@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::buckets::INITIAL_PATH_BUCKET_NS;
 use super::stacks::frames_of;
-use super::{rank_key, Frame, ProcessId, StackId};
+use super::{rank_key, ExitStatus, Frame, ProcessId, StackId};
 
 pub use paths::{PathReport, SampledBytes, StackGrowthReport, Weight};
 pub(super) use process::process_label;
@@ -46,6 +46,11 @@ pub struct RunMeta {
     /// Most heap bytes it used at once (estimated from its entries).
     #[serde(default)]
     pub held_map_peak_bytes: u64,
+    /// How `memtrace run`'s command ended (memtrace exits with its
+    /// [`ExitStatus::shell_status`]); `None` for `record`, or when it could
+    /// not be told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_status: Option<ExitStatus>,
 }
 
 /// Run-wide totals. Sums over processes count each image once; tree

@@ -14,7 +14,8 @@ use std::io::{self, Write};
 
 use super::{text, RenderOptions, WrittenFiles};
 use crate::aggregate::{
-    Frame, PathReport, ProcessId, ProcessReport, Report, SampledBytes, StackGrowthReport, Weight,
+    ExitStatus, Frame, PathReport, ProcessId, ProcessReport, Report, SampledBytes,
+    StackGrowthReport, Weight,
 };
 use crate::diagnose::{Diagnosed, Finding};
 use crate::units::{format_bytes, format_signed_bytes};
@@ -137,6 +138,19 @@ fn header(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         meta.command,
         meta.duration_ns as f64 / NS_PER_S,
         format_bytes(meta.sample_interval_bytes),
+    )?;
+    match meta.command_status {
+        Some(status) => writeln!(out, "{}", command_ended(status)),
+        None => Ok(()),
+    }
+}
+
+/// `memtrace: the command ended: SIGKILL (memtrace exits with 137, as a
+/// shell would)`.
+fn command_ended(status: ExitStatus) -> String {
+    format!(
+        "memtrace: the command ended: {status} (memtrace exits with {}, as a shell would)",
+        status.shell_status()
     )
 }
 
