@@ -12,7 +12,9 @@
 //! file as it goes and replays it) →
 //! `diagnose` (which growth pattern, with evidence) →
 //! `report` (table, folded stacks, JSON, flame graph, speedscope, pprof,
-//! HTML); `diff` compares two captures or two times of one.
+//! HTML); `diff` compares two captures or two times of one;
+//! `output_file` creates every file they write (no symbolic link followed,
+//! no file replaced without `--force`).
 //! `app` wires the steps together for each command; `units` formats
 //! sizes for every step that prints them.
 #![deny(missing_docs)]
@@ -27,6 +29,7 @@ pub mod diff;
 pub mod events;
 pub mod held;
 pub mod live;
+pub mod output_file;
 pub mod process;
 pub mod python;
 pub mod report;

@@ -113,12 +113,7 @@ impl Session {
             RecordReader::new(tracer.take_records()?).context("cannot watch the ring buffer")?;
         let start_ns = monotonic_ns();
         let writer = match &common.capture {
-            Some(path) => Some(create_capture(
-                path,
-                command,
-                start_ns,
-                common.sample_bytes,
-            )?),
+            Some(path) => Some(create_capture(path, common, command, start_ns)?),
             None => None,
         };
         let session = Self {
@@ -344,12 +339,13 @@ impl Session {
 }
 
 /// Creates the capture file of `--capture` with its header, before any
-/// tracing (a path that cannot be written fails here).
+/// tracing (a path that cannot be written, or an existing file without
+/// `--force`, fails here).
 fn create_capture(
     path: &Path,
+    common: &CommonArgs,
     command: &str,
     start_ns: u64,
-    sample_interval_bytes: u64,
 ) -> Result<CaptureWriter<BufWriter<File>>> {
     let created_unix_s = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -359,9 +355,9 @@ fn create_capture(
         created_unix_s,
         command: command.to_owned(),
         start_ns,
-        sample_interval_bytes,
+        sample_interval_bytes: common.sample_bytes,
     };
-    Ok(CaptureWriter::create(path, &header)?)
+    Ok(CaptureWriter::create(path, &header, common.force)?)
 }
 
 /// Ends `memtrace run`'s command if it outlived the trace (--duration, or a
