@@ -1,8 +1,9 @@
-//! The programs the format tests hand memtrace's output to, installed by
+//! The programs the tests hand memtrace's output to, installed by
 //! `cargo xtask test` only when missing: `go tool pprof` (Debian's
 //! golang-go) for pprof files, Debian's chromium for the HTML report and the
-//! speedscope web app, and the `speedscope` npm package (pinned) under
-//! `target/test-tools`. Running it again installs nothing.
+//! speedscope web app, the `speedscope` npm package (pinned) under
+//! `target/test-tools`, and Debian's tmux, the real terminal the live view
+//! is tested in (tests/terminal.rs). Running it again installs nothing.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -11,10 +12,11 @@ use anyhow::{Context as _, Result};
 
 use crate::check;
 
-/// Debian packages the consumer tests run, with the program each provides.
-const APT_PACKAGES: [(&str, &str); 2] = [
+/// Debian packages the tests run, with the program each provides.
+const APT_PACKAGES: [(&str, &str); 3] = [
     ("golang-go", "/usr/bin/go"),
     ("chromium", "/usr/bin/chromium"),
+    ("tmux", "/usr/bin/tmux"),
 ];
 
 /// The speedscope release the tests load (its `dist/release/index.html`).
@@ -42,7 +44,7 @@ fn ensure_apt_packages() -> Result<()> {
         return Ok(());
     }
     println!(
-        "test tools: installing {} with apt-get (for the format consumer tests)",
+        "test tools: installing {} with apt-get (for the format consumer and terminal tests)",
         missing.join(", ")
     );
     check(

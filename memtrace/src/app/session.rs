@@ -231,6 +231,7 @@ impl Session {
             self.tick();
             let elapsed = self.started.elapsed();
             if live.due(elapsed) {
+                self.keep_off_shared_terminal(&mut live);
                 let snapshot = self.recorder.aggregator().live_snapshot(MAX_PATHS_SHOWN);
                 let dropped = self.tracer.dropped_records().unwrap_or(0);
                 live.show(elapsed, reader.records(), dropped, &snapshot);
@@ -248,6 +249,20 @@ impl Session {
         live.finish();
         self.final_counters();
         Ok(())
+    }
+
+    /// Turns the live view into plain lines once a traced process (or
+    /// `memtrace run`'s command before its execve) has a standard stream on
+    /// the terminal the view redraws in place on, so that a redraw never
+    /// erases that process's own output.
+    fn keep_off_shared_terminal(&self, live: &mut LiveView) {
+        let Some(rdev) = live.terminal() else {
+            return;
+        };
+        let mut tgids = self.tree.live().map(|p| p.tgid).chain(self.launched);
+        if tgids.any(|tgid| proc::std_streams_on_device(tgid, rdev)) {
+            live.share_terminal();
+        }
     }
 
     /// Sends held-at-peak changes and flushes the capture file; a write
