@@ -5,12 +5,44 @@
 //! aya-build runs `rustup run nightly cargo build -Z build-std=core` and needs
 //! `bpf-linker` on `PATH` (see `cargo xtask setup`). `AYA_BUILD_SKIP=1` skips
 //! it (then an empty object is embedded and `Tracer::load` says so).
+//!
+//! aya-build turns every line the nested cargo prints into a
+//! `cargo:warning`, which cargo then repeats on every later command, rebuilt
+//! or not. So this script runs aya-build in a child copy of itself and
+//! passes on only cargo's instructions (`rerun-if-changed`, ...) when the
+//! nested build succeeds, and all of its output when it fails.
 
-use std::path::Path;
+use std::{
+    path::Path,
+    process::{Command, Output},
+};
 
-use anyhow::{anyhow, Context as _};
+use anyhow::{anyhow, bail, Context as _};
+
+/// Set in the child copy of this script, which runs aya-build itself.
+const NESTED: &str = "MEMTRACE_BUILD_SCRIPT_NESTED";
+
+/// aya-build's switch to skip the eBPF build.
+const AYA_BUILD_SKIP: &str = "AYA_BUILD_SKIP";
 
 fn main() -> anyhow::Result<()> {
+    if std::env::var_os(NESTED).is_some() {
+        return build_ebpf();
+    }
+    if std::env::var_os(AYA_BUILD_SKIP).is_some() {
+        // aya-build's one warning says that the build is skipped.
+        build_ebpf()?;
+    } else {
+        build_ebpf_quietly()?;
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../memtrace-common");
+    ensure_object_exists()
+}
+
+/// Runs aya-build on `memtrace-ebpf`; it prints cargo instructions and
+/// warnings on standard output.
+fn build_ebpf() -> anyhow::Result<()> {
     let manifest_dir =
         std::env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR is not set by cargo")?;
     let ebpf_dir = Path::new(&manifest_dir)
@@ -25,8 +57,48 @@ fn main() -> anyhow::Result<()> {
         root_dir: ebpf_dir,
         ..Default::default()
     };
-    aya_build::build_ebpf([package], aya_build::Toolchain::default())?;
-    ensure_object_exists()
+    aya_build::build_ebpf([package], aya_build::Toolchain::default())
+}
+
+/// Runs [`build_ebpf`] in a child copy of this script and passes on its
+/// cargo instructions without its warnings when it succeeds, or everything
+/// it printed when it fails.
+fn build_ebpf_quietly() -> anyhow::Result<()> {
+    let script = std::env::current_exe().context("cannot find the build script's own path")?;
+    let output = Command::new(&script)
+        .env(NESTED, "1")
+        .output()
+        .with_context(|| format!("cannot run `{}`", script.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if output.status.success() {
+        for line in stdout.lines().filter(|line| is_quiet_instruction(line)) {
+            println!("{line}");
+        }
+        return Ok(());
+    }
+    print_all(&output);
+    bail!(
+        "building memtrace-ebpf failed ({}); its output is above",
+        output.status
+    )
+}
+
+/// Whether `line` is a cargo instruction other than a warning.
+fn is_quiet_instruction(line: &str) -> bool {
+    let Some(instruction) = line
+        .strip_prefix("cargo::")
+        .or_else(|| line.strip_prefix("cargo:"))
+    else {
+        return false;
+    };
+    !instruction.starts_with("warning=")
+}
+
+/// Passes on everything the child printed (cargo shows it when a build
+/// script fails).
+fn print_all(output: &Output) {
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
 }
 
 /// Leaves an empty `OUT_DIR/memtrace` when aya-build skipped the build, so

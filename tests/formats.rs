@@ -365,6 +365,7 @@ fn flame_graph_svg_is_well_formed_xml() {
         &RenderOptions::default(),
         dir.path(),
         report::PER_PROCESS_STEM,
+        false,
     )
     .unwrap();
     let mut names: Vec<String> = per_process

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use common::{
     interpreter, memtrace, pyenv, python_3_11, require_ebpf, script, stack_functions, trace,
-    trace_script, Trace,
+    trace_expecting, trace_script, Trace,
 };
 
 /// Allowed relative error of attributed bytes against the workload's own
@@ -267,4 +267,42 @@ fn explains_missing_privileges() {
         stderr.contains("CAP_BPF") && stderr.contains("root"),
         "stderr does not explain the missing privileges: {stderr}"
     );
+}
+
+/// `memtrace run` exits with its command's status as a shell reports it
+/// (the code, or 128 + the signal that killed it), and the printed report
+/// and the JSON say how the command ended.
+#[test]
+fn run_exits_with_the_command_status_and_says_how_it_ended() {
+    let python = require_ebpf!(python_3_11());
+    let python = python.to_str().unwrap();
+    let cases = [
+        ("import sys; sys.exit(3)", 3, "exit 3", "code"),
+        (
+            "import os; os.kill(os.getpid(), 9)",
+            137,
+            "SIGKILL",
+            "signal",
+        ),
+        (
+            "import ctypes; ctypes.string_at(0)",
+            139,
+            "SIGSEGV",
+            "signal",
+        ),
+    ];
+    for (code, status, ended, how) in cases {
+        let trace = trace_expecting(&["run", "--", python, "-c", code], status);
+        let stdout = trace.stdout();
+        let line = format!("memtrace: the command ended: {ended}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&line)
+                    && l.contains(&format!("memtrace exits with {status},"))),
+            "no `{line}` line for `{code}`:\n{stdout}"
+        );
+        let json = &trace.report["meta"]["command_status"];
+        assert_eq!(json["how"], how, "{json}");
+    }
 }

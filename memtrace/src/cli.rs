@@ -79,6 +79,10 @@ pub struct ReportArgs {
     /// standard output.
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
+    /// Replace output files that already exist (a symbolic link is never
+    /// followed, not even with --force).
+    #[arg(long)]
+    pub force: bool,
     /// Options shared with the formats of `record`/`run`.
     #[command(flatten)]
     pub render: RenderArgs,
@@ -144,6 +148,10 @@ pub struct DiffArgs {
     /// Write to this file instead of standard output.
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
+    /// Replace output files that already exist (a symbolic link is never
+    /// followed, not even with --force).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Arguments of `memtrace record`.
@@ -210,6 +218,10 @@ pub struct CommonArgs {
     /// several); the table, folded stacks and JSON are always written.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Vec<FormatArg>,
+    /// Replace output files that already exist (a symbolic link is never
+    /// followed, not even with --force).
+    #[arg(long)]
+    pub force: bool,
     /// How reports are drawn.
     #[command(flatten)]
     pub render: RenderArgs,

@@ -12,8 +12,10 @@
 //! file as it goes and replays it) →
 //! `diagnose` (which growth pattern, with evidence) →
 //! `report` (table, folded stacks, JSON, flame graph, speedscope, pprof,
-//! HTML); `diff` compares two captures or two times of one.
-//! `privileges` says which capability a refusal lacks, before any step.
+//! HTML); `diff` compares two captures or two times of one;
+//! `output_file` creates every file they write (no symbolic link followed,
+//! no file replaced without `--force`). `privileges` says which capability
+//! a refusal lacks, before any step.
 //! `app` wires the steps together for each command; `units` formats
 //! sizes for every step that prints them.
 #![deny(missing_docs)]
@@ -28,6 +30,7 @@ pub mod diff;
 pub mod events;
 pub mod held;
 pub mod live;
+pub mod output_file;
 pub mod privileges;
 pub mod process;
 pub mod python;

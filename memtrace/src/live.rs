@@ -5,13 +5,19 @@
 //! growth rate, and the paths holding the most memory now (sampled bytes
 //! still resident, by address), on standard error.
 //!
-//! On a terminal the view is redrawn in place (ANSI escapes: cursor up,
-//! clear to the end of the screen, line wrap off while drawing so long lines
-//! are clipped instead of wrapped); otherwise one plain line per refresh;
-//! nothing at all with `--quiet`.
+//! On a terminal that no traced process uses, the view is redrawn in place
+//! (ANSI escapes: cursor up, clear to the end of the screen, line wrap off
+//! while drawing so long lines are clipped instead of wrapped). Redrawing
+//! in place erases whatever was printed below the previous frame, so as
+//! soon as a traced process has its standard input, output or error on the
+//! same terminal (`memtrace run`'s command does, unless redirected), the
+//! view becomes what it is on a file or pipe: one plain line per refresh,
+//! which scrolls up with the traced program's own lines and never
+//! overwrites them. Nothing at all with `--quiet`.
 
 use std::collections::HashMap;
 use std::io::{self, IsTerminal, Write};
+use std::os::unix::fs::MetadataExt as _;
 use std::time::Duration;
 
 use crate::aggregate::{LiveProcess, LiveSnapshot, ProcessId};
@@ -64,6 +70,8 @@ pub struct LiveView {
     previous: Option<Previous>,
     /// Lines of the frame on screen (terminal mode), to erase next time.
     drawn_lines: usize,
+    /// Device number (`st_rdev`) of the terminal drawn on in place.
+    terminal_rdev: Option<u64>,
 }
 
 impl std::fmt::Debug for LiveView {
@@ -76,18 +84,24 @@ impl std::fmt::Debug for LiveView {
 }
 
 impl LiveView {
-    /// A view on standard error: redrawn in place when it is a terminal,
-    /// plain lines otherwise, nothing when `quiet`.
+    /// A view on standard error: redrawn in place when it is a terminal
+    /// (until [`LiveView::share_terminal`]), plain lines otherwise, nothing
+    /// when `quiet`.
     pub fn new(quiet: bool) -> Self {
         let stderr = io::stderr();
-        let mode = if quiet {
-            Mode::Quiet
-        } else if stderr.is_terminal() {
-            Mode::Terminal
-        } else {
-            Mode::Lines
+        let terminal_rdev = stderr
+            .is_terminal()
+            .then(|| std::fs::metadata("/proc/self/fd/2").ok())
+            .flatten()
+            .map(|m| m.rdev());
+        let mode = match (quiet, terminal_rdev) {
+            (true, _) => Mode::Quiet,
+            (false, Some(_)) => Mode::Terminal,
+            (false, None) => Mode::Lines,
         };
-        Self::with_writer(Box::new(stderr), mode)
+        let mut view = Self::with_writer(Box::new(stderr), mode);
+        view.terminal_rdev = terminal_rdev;
+        view
     }
 
     fn with_writer(out: Box<dyn Write + Send>, mode: Mode) -> Self {
@@ -96,6 +110,26 @@ impl LiveView {
             mode,
             previous: None,
             drawn_lines: 0,
+            terminal_rdev: None,
+        }
+    }
+
+    /// The device number (`st_rdev`) of the terminal the view redraws in
+    /// place on, while it does: before each refresh the caller checks that
+    /// no traced process uses it, and calls [`LiveView::share_terminal`]
+    /// when one does.
+    pub fn terminal(&self) -> Option<u64> {
+        self.terminal_rdev.filter(|_| self.mode == Mode::Terminal)
+    }
+
+    /// A traced process uses the view's terminal too: from now on the view
+    /// is one plain line per refresh, which scrolls up with that process's
+    /// output and is never redrawn over it. A frame already drawn stays
+    /// (erasing it would erase whatever the process printed after it).
+    pub fn share_terminal(&mut self) {
+        if self.mode == Mode::Terminal {
+            self.mode = Mode::Lines;
+            self.drawn_lines = 0;
         }
     }
 
@@ -413,6 +447,25 @@ mod tests {
         quiet.show(2 * SECOND, 10, 0, &snapshot(20 * MIB));
         quiet.finish();
         assert_eq!(out.take(), "");
+    }
+
+    #[test]
+    fn a_shared_terminal_gets_plain_lines_and_nothing_is_erased() {
+        let (mut live, out) = view(Mode::Terminal);
+        live.show(2 * SECOND, 10, 0, &snapshot(20 * MIB));
+        assert!(out.take().contains(WRAP_OFF));
+        live.share_terminal();
+        assert_eq!(live.terminal(), None);
+        assert!(!live.due(4 * SECOND), "plain lines come less often");
+        live.show(LINE_INTERVAL + 2 * SECOND, 20, 0, &snapshot(20 * MIB));
+        live.finish();
+        let after = out.take();
+        assert!(
+            !after.contains('\x1b'),
+            "no cursor movement, no erasing: {after:?}"
+        );
+        assert_eq!(after.lines().count(), 1, "{after:?}");
+        assert!(after.starts_with("memtrace: 7 s, 20 records"), "{after:?}");
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! The programs the format tests hand memtrace's output to, installed by
+//! The programs the tests hand memtrace's output to, installed by
 //! `cargo xtask test` only when missing: `go tool pprof` (Debian's
 //! golang-go) for pprof files, Debian's chromium for the HTML report and the
 //! speedscope web app, the `speedscope` npm package (pinned) under
-//! `target/test-tools`, and util-linux's `setpriv` for the capability tests
-//! (tests/privileges.rs). Running it again installs nothing.
+//! `target/test-tools`, util-linux's `setpriv` for the capability tests
+//! (tests/privileges.rs) and Debian's tmux, the real terminal the live view
+//! is tested in (tests/terminal.rs). Running it again installs nothing.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -12,11 +13,12 @@ use anyhow::{Context as _, Result};
 
 use crate::check;
 
-/// Debian packages the consumer tests run, with the program each provides.
-const APT_PACKAGES: [(&str, &str); 3] = [
+/// Debian packages the tests run, with the program each provides.
+const APT_PACKAGES: [(&str, &str); 4] = [
     ("golang-go", "/usr/bin/go"),
     ("chromium", "/usr/bin/chromium"),
     ("util-linux", "/usr/bin/setpriv"),
+    ("tmux", "/usr/bin/tmux"),
 ];
 
 /// The speedscope release the tests load (its `dist/release/index.html`).
@@ -44,7 +46,8 @@ fn ensure_apt_packages() -> Result<()> {
         return Ok(());
     }
     println!(
-        "test tools: installing {} with apt-get (for the format consumer and capability tests)",
+        "test tools: installing {} with apt-get (for the format consumer, capability and \
+         terminal tests)",
         missing.join(", ")
     );
     check(

@@ -4,7 +4,6 @@
 //! report.
 
 use std::{
-    fs::File,
     io::{self, BufWriter, Write as _},
     path::{Path, PathBuf},
     process::ExitCode,
@@ -19,6 +18,7 @@ use crate::{
     cli::{CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
     diagnose::{self, Diagnosed},
     events::RecordReader,
+    output_file,
     report::{self, Format, RenderOptions},
 };
 
@@ -49,6 +49,7 @@ impl Session {
             attach_ns: self.attach_ns,
             attached_unix_ns: self.attached_unix_ns,
             command_held: self.command_held,
+            command_status,
         };
         let stop = self.stop_reason;
         let (report, capture_error) = self.recorder.finish(end_ns, meta);
@@ -117,6 +118,7 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
             &options,
             &dir,
             report::PER_PROCESS_STEM,
+            args.force,
         )? {
             eprintln!("memtrace: wrote {}", path.display());
         }
@@ -130,7 +132,7 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
 fn render_to(diagnosed: &Diagnosed, args: &ReportArgs, options: &RenderOptions) -> Result<()> {
     match &args.output {
         Some(path) => {
-            let file = File::create(path)
+            let file = output_file::create(path, args.force)
                 .with_context(|| format!("cannot create `{}`", path.display()))?;
             let mut out = BufWriter::new(file);
             report::render(diagnosed, args.format.into(), options, &mut out)?;
@@ -162,8 +164,9 @@ fn format_extension(format: Format) -> Option<&'static str> {
 /// Writes each `--format` of `common` next to the folded stacks file
 /// `folded` (same stem, [`format_extension`]); with `--per-process`, the
 /// flame graph as one file per process (`<stem>-tgid-<tgid>.svg`). A format
-/// that cannot be written is a warning on standard error and the others are
-/// still written. Returns the files written.
+/// that cannot be written (an existing file without `--force` included) is
+/// a warning on standard error and the others are still written. Returns
+/// the files written.
 fn write_format_files(
     diagnosed: &Diagnosed,
     common: &CommonArgs,
@@ -172,13 +175,7 @@ fn write_format_files(
 ) -> Vec<PathBuf> {
     let mut written = Vec::new();
     for format in common.format.iter().map(|&arg| Format::from(arg)) {
-        match write_format_file(
-            diagnosed,
-            format,
-            common.render.per_process,
-            options,
-            folded,
-        ) {
+        match write_format_file(diagnosed, format, common, options, folded) {
             Ok(paths) => written.extend(paths),
             Err(err) => eprintln!(
                 "memtrace: warning: {err:#}; the `{}` report is not written",
@@ -194,24 +191,29 @@ fn write_format_files(
 fn write_format_file(
     diagnosed: &Diagnosed,
     format: Format,
-    per_process: bool,
+    common: &CommonArgs,
     options: &RenderOptions,
     folded: &Path,
 ) -> Result<Vec<PathBuf>> {
-    if format == Format::Flamegraph && per_process {
+    if format == Format::Flamegraph && common.render.per_process {
         let dir = folded.parent().unwrap_or(Path::new("."));
         let stem = folded
             .file_stem()
             .map_or_else(|| "memtrace".into(), |s| s.to_string_lossy());
         return Ok(report::render_per_process(
-            diagnosed, format, options, dir, &stem,
+            diagnosed,
+            format,
+            options,
+            dir,
+            &stem,
+            common.force,
         )?);
     }
     let Some(extension) = format_extension(format) else {
         return Ok(Vec::new());
     };
     let path = folded.with_extension(extension);
-    let file = File::create(&path)
+    let file = output_file::create(&path, common.force)
         .with_context(|| format!("cannot create report file `{}`", path.display()))?;
     let mut out = BufWriter::new(file);
     report::render(diagnosed, format, options, &mut out)?;

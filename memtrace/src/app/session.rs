@@ -122,12 +122,7 @@ impl Session {
             RecordReader::new(tracer.take_records()?).context("cannot watch the ring buffer")?;
         let start_ns = monotonic_ns();
         let writer = match &common.capture {
-            Some(path) => Some(create_capture(
-                path,
-                command,
-                start_ns,
-                common.sample_bytes,
-            )?),
+            Some(path) => Some(create_capture(path, common, command, start_ns)?),
             None => None,
         };
         let session = Self {
@@ -261,6 +256,7 @@ impl Session {
             self.tick();
             let elapsed = self.started.elapsed();
             if live.due(elapsed) {
+                self.keep_off_shared_terminal(&mut live);
                 let snapshot = self.recorder.aggregator().live_snapshot(MAX_PATHS_SHOWN);
                 let dropped = self.tracer.dropped_records().unwrap_or(0);
                 live.show(elapsed, reader.records(), dropped, &snapshot);
@@ -278,6 +274,20 @@ impl Session {
         live.finish();
         self.final_counters();
         Ok(())
+    }
+
+    /// Turns the live view into plain lines once a traced process (or
+    /// `memtrace run`'s command before its execve) has a standard stream on
+    /// the terminal the view redraws in place on, so that a redraw never
+    /// erases that process's own output.
+    fn keep_off_shared_terminal(&self, live: &mut LiveView) {
+        let Some(rdev) = live.terminal() else {
+            return;
+        };
+        let mut tgids = self.tree.live().map(|p| p.tgid).chain(self.launched);
+        if tgids.any(|tgid| proc::std_streams_on_device(tgid, rdev)) {
+            live.share_terminal();
+        }
     }
 
     /// Sends held-at-peak changes and flushes the capture file; a write
@@ -369,12 +379,13 @@ impl Session {
 }
 
 /// Creates the capture file of `--capture` with its header, before any
-/// tracing (a path that cannot be written fails here).
+/// tracing (a path that cannot be written, or an existing file without
+/// `--force`, fails here).
 fn create_capture(
     path: &Path,
+    common: &CommonArgs,
     command: &str,
     start_ns: u64,
-    sample_interval_bytes: u64,
 ) -> Result<CaptureWriter<BufWriter<File>>> {
     let created_unix_s = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -384,9 +395,9 @@ fn create_capture(
         created_unix_s,
         command: command.to_owned(),
         start_ns,
-        sample_interval_bytes,
+        sample_interval_bytes: common.sample_bytes,
     };
-    Ok(CaptureWriter::create(path, &header)?)
+    Ok(CaptureWriter::create(path, &header, common.force)?)
 }
 
 /// Ends `memtrace run`'s command if it outlived the trace (--duration, or a

@@ -60,17 +60,20 @@ pub struct CaptureWriter<W: Write> {
 }
 
 impl CaptureWriter<BufWriter<File>> {
-    /// Creates (or truncates) the capture file at `path` and writes its
-    /// header line through to the file, so a path that cannot be written
-    /// fails here, before tracing starts.
+    /// Creates the capture file at `path` (replacing an existing file only
+    /// with `force`, never through a symbolic link: see
+    /// [`crate::output_file::create`]) and writes its header line through
+    /// to the file, so a path that cannot be written fails here, before
+    /// tracing starts.
     ///
     /// # Errors
     /// [`CaptureError::Write`] when the file cannot be created or written.
-    pub fn create(path: &Path, header: &Header) -> Result<Self, CaptureError> {
-        let file = File::create(path).map_err(|source| CaptureError::Write {
-            path: path.to_owned(),
-            source,
-        })?;
+    pub fn create(path: &Path, header: &Header, force: bool) -> Result<Self, CaptureError> {
+        let file =
+            crate::output_file::create(path, force).map_err(|source| CaptureError::Write {
+                path: path.to_owned(),
+                source,
+            })?;
         let mut writer = Self::new(path, BufWriter::new(file), header)?;
         writer.flush_out();
         match writer.take_error() {

@@ -3,7 +3,6 @@
 //! comparison drawn as a table or a differential flame graph to a file or
 //! standard output.
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -116,15 +115,18 @@ fn capture_name(capture: &Path, report: &Report) -> String {
     )
 }
 
-/// Writes through `render` to `output`, or to standard output when `None`.
+/// Writes through `render` to `output` (replacing an existing file only
+/// with `force`, see [`crate::output_file::create`]), or to standard output
+/// when `None`.
 fn write_output(
     output: Option<&Path>,
+    force: bool,
     render: impl FnOnce(&mut dyn Write) -> Result<(), DiffError>,
 ) -> Result<(), DiffError> {
     let (path, result) = match output {
         Some(path) => (
             path.to_owned(),
-            File::create(path)
+            crate::output_file::create(path, force)
                 .map_err(DiffError::from_io(path))
                 .and_then(|file| {
                     let mut writer = BufWriter::new(file);
@@ -165,9 +167,11 @@ fn write_output(
 pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
     let plan = Plan::from_args(args)?;
     let (diff, sides) = load(&plan)?;
-    write_output(args.output.as_deref(), |out| match args.format {
-        Format::Flamegraph => render_flamegraph(&diff, &sides, Measure::default(), out),
-        _ => render_table(&diff, &sides, out).map_err(DiffError::from_io(Path::new("-"))),
+    write_output(args.output.as_deref(), args.force, |out| {
+        match args.format {
+            Format::Flamegraph => render_flamegraph(&diff, &sides, Measure::default(), out),
+            _ => render_table(&diff, &sides, out).map_err(DiffError::from_io(Path::new("-"))),
+        }
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -234,6 +238,7 @@ mod tests {
             to: window.map(|(_, to)| Duration::from_secs(to)),
             format,
             output: None,
+            force: false,
         }
     }
 
@@ -301,16 +306,24 @@ mod tests {
     fn output_goes_to_the_file_and_errors_name_it() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("diff.txt");
-        write_output(Some(&file), |out| {
+        write_output(Some(&file), false, |out| {
             out.write_all(b"hello")
                 .map_err(DiffError::from_io(Path::new("-")))
         })
         .unwrap();
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello");
         let missing = dir.path().join("nope/diff.txt");
-        let err = write_output(Some(&missing), |_| Ok(())).unwrap_err();
+        let err = write_output(Some(&missing), false, |_| Ok(())).unwrap_err();
         assert!(err.to_string().contains("nope/diff.txt"), "{err}");
-        let err = write_output(Some(&file), |_| {
+        // An existing file is kept without --force.
+        let err = write_output(Some(&file), false, |_| Ok(())).unwrap_err();
+        let chain = format!("{:#}", anyhow::Error::from(err));
+        assert!(
+            chain.contains("diff.txt") && chain.contains("--force"),
+            "{chain}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello");
+        let err = write_output(Some(&file), true, |_| {
             Err(DiffError::from_io(Path::new("-"))(
                 io::ErrorKind::BrokenPipe.into(),
             ))

@@ -284,6 +284,17 @@ pub fn self_and_ancestors() -> Vec<u32> {
     chain
 }
 
+/// Whether standard input, output or error of `pid` is the character
+/// device `rdev` (a terminal's `st_rdev`): the live view must not redraw
+/// over a terminal a traced process uses. `false` when they cannot be read.
+pub fn std_streams_on_device(pid: u32, rdev: u64) -> bool {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    (0..=2).any(|fd| {
+        std::fs::metadata(format!("/proc/{pid}/fd/{fd}"))
+            .is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == rdev)
+    })
+}
+
 /// Parent PID of `pid`, if it can be read.
 pub fn parent_pid(pid: u32) -> Option<u32> {
     let stat = Process::new(pid as i32).ok()?.stat().ok()?;
@@ -336,6 +347,27 @@ mod tests {
         let mut found = descendants_of(10, &pairs);
         found.sort_unstable();
         assert_eq!(found, vec![(11, 10), (12, 10), (13, 12)]);
+    }
+
+    #[test]
+    fn a_process_whose_output_goes_to_a_device_is_seen_using_it() {
+        use std::os::unix::fs::MetadataExt as _;
+        use std::process::{Command, Stdio};
+        let rdev = |path: &str| std::fs::metadata(path).unwrap().rdev();
+        let mut child = Command::new("sleep")
+            .arg("10")
+            .stdin(Stdio::piped())
+            .stdout(std::fs::File::create("/dev/null").unwrap())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let on_null = std_streams_on_device(child.id(), rdev("/dev/null"));
+        let on_zero = std_streams_on_device(child.id(), rdev("/dev/zero"));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(on_null, "its standard output is /dev/null");
+        assert!(!on_zero, "none of its streams is /dev/zero");
+        assert!(!std_streams_on_device(4_999_999, rdev("/dev/null")));
     }
 
     #[test]

@@ -188,6 +188,7 @@ pub(crate) fn lifecycle_report() -> Report {
             // 2026-01-02 03:04:05.600 UTC.
             attached_unix_ns: 1_767_323_045_600_000_000,
             command_held: false,
+            command_status: None,
         },
     )
 }

@@ -25,7 +25,6 @@ pub mod table;
 mod text;
 pub(crate) mod verdict;
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -110,10 +109,11 @@ pub fn render(
 /// process with that tgid, then `<stem>-tgid-<tgid>-2.svg`, `-3`, ... for
 /// the next ones in time (by instance, then image: a process on a reused
 /// tgid, an image after an execve). Files are written and returned in the
-/// order of `Report::processes`; existing files are overwritten
-/// (`record`/`run` pass their run's unique stem, `memtrace report` passes
-/// [`PER_PROCESS_STEM`]). Only [`Format::Flamegraph`] has a per-process
-/// form.
+/// order of `Report::processes`; an existing file is replaced only with
+/// `force` (`--force`), a symbolic link never (see
+/// [`crate::output_file::create`]). `record`/`run` pass their run's stem,
+/// `memtrace report` passes [`PER_PROCESS_STEM`]. Only
+/// [`Format::Flamegraph`] has a per-process form.
 ///
 /// # Errors
 /// [`ReportError::NotPerProcess`] for other formats; [`ReportError::Write`]
@@ -124,6 +124,7 @@ pub fn render_per_process(
     options: &RenderOptions,
     dir: &Path,
     stem: &str,
+    force: bool,
 ) -> Result<Vec<PathBuf>, ReportError> {
     if format != Format::Flamegraph {
         return Err(ReportError::NotPerProcess {
@@ -133,7 +134,7 @@ pub fn render_per_process(
     let mut written = Vec::with_capacity(report.processes.len());
     for process in &report.processes {
         let path = dir.join(per_process_name(report, process, stem));
-        write_one(&path, |w| {
+        write_one(&path, force, |w| {
             flamegraph::render(report, options, Some(process.id), w)
         })?;
         written.push(path);
@@ -261,8 +262,10 @@ fn write_files_named(
     stem: &str,
 ) -> Result<WrittenFiles, ReportError> {
     let files = free_names(dir, stem, weight)?;
-    write_one(&files.folded, |w| folded::render(report, files.weight, w))?;
-    write_one(&files.json, |w| json::render(report, w))?;
+    write_one(&files.folded, false, |w| {
+        folded::render(report, files.weight, w)
+    })?;
+    write_one(&files.json, false, |w| json::render(report, w))?;
     Ok(files)
 }
 
@@ -289,12 +292,14 @@ fn free_names(dir: &Path, stem: &str, weight: Weight) -> Result<WrittenFiles, Re
     })
 }
 
-/// Creates `path` and fills it with `render`.
+/// Creates `path` (replacing an existing file only with `force`, see
+/// [`crate::output_file::create`]) and fills it with `render`.
 fn write_one(
     path: &Path,
+    force: bool,
     render: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> Result<(), ReportError> {
-    let result = File::create(path).and_then(|file| {
+    let result = crate::output_file::create(path, force).and_then(|file| {
         let mut writer = BufWriter::new(file);
         render(&mut writer)?;
         writer.flush()
@@ -376,6 +381,7 @@ mod tests {
             &RenderOptions::default(),
             dir.path(),
             "run",
+            false,
         )
         .unwrap();
         let mut names: Vec<String> = written
@@ -418,6 +424,7 @@ mod tests {
             &RenderOptions::default(),
             dir.path(),
             "run",
+            false,
         )
         .unwrap_err();
         assert!(matches!(

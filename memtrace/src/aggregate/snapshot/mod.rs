@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::buckets::INITIAL_PATH_BUCKET_NS;
 use super::stacks::frames_of;
-use super::{rank_key, Frame, ProcessId, StackId};
+use super::{rank_key, ExitStatus, Frame, ProcessId, StackId};
 
 pub(super) use kind::assign as assign_kinds;
 pub use kind::ProcessKind;
@@ -66,6 +66,11 @@ pub struct RunMeta {
     /// tracing was attached (`memtrace run`): none of its growth is missed.
     #[serde(default)]
     pub command_held: bool,
+    /// How `memtrace run`'s command ended (memtrace exits with its
+    /// [`ExitStatus::shell_status`]); `None` for `record`, or when it could
+    /// not be told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_status: Option<ExitStatus>,
 }
 
 /// Run-wide totals. Sums over processes count each image once; tree

@@ -117,10 +117,31 @@ fn a_full_disk_disables_the_writer_once_and_keeps_what_was_written() {
 fn a_capture_file_that_cannot_be_created_fails_before_tracing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no/such/folder/run.capture");
-    let err = CaptureWriter::create(&path, &header()).unwrap_err();
+    let err = CaptureWriter::create(&path, &header(), false).unwrap_err();
     assert!(matches!(err, CaptureError::Write { .. }), "{err:?}");
     assert!(err.to_string().contains("run.capture"), "{err}");
     // A device that is always full: the header cannot reach it.
-    let err = CaptureWriter::create(Path::new("/dev/full"), &header()).unwrap_err();
+    let err = CaptureWriter::create(Path::new("/dev/full"), &header(), true).unwrap_err();
     assert!(matches!(err, CaptureError::Write { .. }), "{err:?}");
+}
+
+#[test]
+fn an_existing_capture_is_replaced_only_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.capture");
+    std::fs::write(&path, "an earlier capture\n").unwrap();
+    let err = CaptureWriter::create(&path, &header(), false).unwrap_err();
+    let chain = format!("{:#}", anyhow::Error::from(err));
+    assert!(
+        chain.contains("`") && chain.contains("run.capture") && chain.contains("--force"),
+        "{chain}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "an earlier capture\n"
+    );
+    let writer = CaptureWriter::create(&path, &header(), true).unwrap();
+    drop(writer);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("{\"memtrace_capture\""), "{text}");
 }

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 
 use super::{text, verdict, RenderOptions, WrittenFiles};
 use crate::aggregate::{
-    Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, RunMeta,
-    SampledBytes, Weight,
+    ExitStatus, Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report,
+    RunMeta, SampledBytes, Weight,
 };
 use crate::diagnose::{Diagnosed, Finding};
 use crate::units::{format_bytes, format_signed_bytes};
@@ -171,8 +171,11 @@ fn header(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         meta.duration_ns as f64 / NS_PER_S,
         format_bytes(meta.sample_interval_bytes),
     )?;
-    match attach_line(meta) {
-        Some(line) => writeln!(out, "memtrace: {line}"),
+    if let Some(line) = attach_line(meta) {
+        writeln!(out, "memtrace: {line}")?;
+    }
+    match meta.command_status {
+        Some(status) => writeln!(out, "{}", command_ended(status)),
         None => Ok(()),
     }
 }
@@ -199,6 +202,15 @@ fn attach_line(meta: &RunMeta) -> Option<String> {
         "growth before {time_of_day} UTC (attaching took {took:.1} s) is not seen: RSS START is \
          what each process held then"
     ))
+}
+
+/// `memtrace: the command ended: SIGKILL (memtrace exits with 137, as a
+/// shell would)`.
+fn command_ended(status: ExitStatus) -> String {
+    format!(
+        "memtrace: the command ended: {status} (memtrace exits with {}, as a shell would)",
+        status.shell_status()
+    )
 }
 
 /// The process table: one row per image, by RSS growth, then the legend of

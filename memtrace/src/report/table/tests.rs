@@ -118,6 +118,59 @@ fn process_rows_give_every_measure_and_how_each_image_ended() {
 }
 
 #[test]
+fn the_header_says_how_the_command_of_run_ended() {
+    let mut report = server_diagnosed();
+    let ended = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("memtrace: the command ended"))
+            .map(str::to_owned)
+    };
+    assert_eq!(ended(&render_text(&report, 10)), None, "`record`: no line");
+    let cases = [
+        (
+            ExitStatus::Code { code: 3 },
+            "exit 3 (memtrace exits with 3",
+        ),
+        (
+            ExitStatus::Signal {
+                signal: 9,
+                core_dumped: false,
+            },
+            "SIGKILL (memtrace exits with 137",
+        ),
+        (
+            ExitStatus::Signal {
+                signal: 11,
+                core_dumped: true,
+            },
+            "SIGSEGV (core dumped) (memtrace exits with 139",
+        ),
+    ];
+    for (status, expected) in cases {
+        report.report.meta.command_status = Some(status);
+        let text = render_text(&report, 10);
+        assert_eq!(
+            ended(&text),
+            Some(format!(
+                "memtrace: the command ended: {expected}, as a shell would)"
+            )),
+            "{text}"
+        );
+        // Right under the line that names the command.
+        let first_lines: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("memtrace: traced"))
+            .take(2)
+            .collect();
+        assert_eq!(
+            ended(first_lines[1]).as_deref(),
+            Some(first_lines[1]),
+            "{text}"
+        );
+    }
+}
+
+#[test]
 fn a_reused_tgid_is_two_rows_each_with_its_own_numbers() {
     let text = render_text(&lifecycle_diagnosed(), 10);
     let first = row(&text, "201");
