@@ -64,6 +64,7 @@ table.cow tr.proc th { background: #f4f4f4; font-weight: normal; }
 .charts { display: flex; flex-wrap: wrap; gap: 0.6em 1.2em; }
 .flame svg { max-width: 100%; height: auto; }
 .flame #search { opacity: 0.7; }
+@media (max-width: 1150px) { .first { grid-template-columns: minmax(0, 1fr); } }
 ";
 
 /// Writes the HTML report of `report`: first the verdict (from the same
