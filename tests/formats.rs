@@ -540,9 +540,10 @@ const SCREEN: (u32, u32) = (1400, 900);
 /// A script appended to a copy of the HTML report: once the page has
 /// loaded, it records the page-coordinate boxes of the first screen's parts
 /// and the process table, the boxes of the mark labels a reader sees
-/// without hovering, the flame graph's and its title's boxes, then clicks
-/// the `append` frame and searches for `append` through inferno's script,
-/// and writes it all as JSON into `<pre id="layout">`.
+/// without hovering, the flame graph's and its title's boxes; then, through
+/// inferno's script, searches for the widest frame that is not a root's
+/// function and clicks it; and writes it all as JSON into
+/// `<pre id="layout">`.
 const LAYOUT_PROBE: &str = r##"<script>
 window.addEventListener("load", function () { setTimeout(function () {
   function box(element) {
@@ -560,14 +561,21 @@ window.addEventListener("load", function () { setTimeout(function () {
   document.querySelectorAll(".mark-label").forEach(function (label) {
     if (getComputedStyle(label).visibility !== "hidden") out.labels.push(box(label));
   });
-  var frame = Array.prototype.find.call(document.querySelectorAll("#frames > g"), function (g) {
-    return g.querySelector("title").textContent.indexOf("append (") === 0;
+  var width = function (g) { return parseInt(g.querySelector("rect").getAttribute("fg:w")); };
+  var total = parseInt(document.getElementById("frames").getAttribute("total_samples"));
+  var frames = Array.prototype.slice.call(document.querySelectorAll("#frames > g"));
+  var narrower = frames.filter(function (g) {
+    return width(g) < total && g.querySelector("title").textContent.indexOf("(tgid ") < 0;
   });
+  narrower.sort(function (a, b) { return width(b) - width(a); });
+  var frame = narrower[0] || frames[0];
+  var name = frame.querySelector("title").textContent.split(" (")[0];
+  out.searched = name;
+  search(name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+  out.matched = document.getElementById("matched").textContent;
   frame.querySelector("rect").dispatchEvent(new MouseEvent("click", { bubbles: true }));
   out.zoomed_width = parseFloat(frame.querySelector("rect").getAttribute("width"));
   out.unzoom_shown = !document.getElementById("unzoom").classList.contains("hide");
-  search("append");
-  out.matched = document.getElementById("matched").textContent;
   var pre = document.createElement("pre");
   pre.id = "layout";
   pre.textContent = JSON.stringify(out);
@@ -598,7 +606,12 @@ fn html_layout(file: &Path) -> Value {
         .nth(1)
         .and_then(|rest| rest.split("</pre>").next())
         .unwrap_or_else(|| panic!("the probe wrote nothing:\n{stderr}"));
-    serde_json::from_str(&json.replace("&amp;", "&")).unwrap()
+    // Text as --dump-dom serializes it.
+    let json = json
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap()
 }
 
 /// The box the probe recorded for `selector`: left, top, right, bottom.
@@ -612,7 +625,7 @@ fn layout_box(layout: &Value, selector: &str) -> [f64; 4] {
 /// verdict, the whole RSS chart and the top paths' first row above the
 /// fold, the process table below all three; no two mark labels a reader
 /// sees at once overlap; the flame graph within the width with its title
-/// inside it; clicking a frame zooms and searching matches.
+/// inside it; searching a frame's function matches, clicking it zooms.
 fn assert_first_screen(file: &Path) {
     let layout = html_layout(file);
     println!("layout of {}: {layout}", file.display());
