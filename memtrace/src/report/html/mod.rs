@@ -260,7 +260,17 @@ fn process_tree(report: &Report) -> String {
     html
 }
 
-/// The flame graph SVG, inline (its XML prologue dropped).
+/// Keeps the browser's own find (Ctrl-F, F3) for the page: inferno's
+/// script takes those keys on the whole window for its search, so outside
+/// the flame graph they stop before reaching it (capture phase, default
+/// left alone).
+const FIND_KEYS_SCRIPT: &str = "<script>\nwindow.addEventListener(\"keydown\", function (e) {\n\
+  var find = e.keyCode === 114 || (e.ctrlKey && e.keyCode === 70);\n\
+  if (find && !document.querySelector(\"#flamegraph .flame:hover\")) e.stopImmediatePropagation();\n\
+}, true);\n</script>";
+
+/// The flame graph SVG, inline (its XML prologue dropped), with inferno's
+/// script for search and click-to-zoom and [`FIND_KEYS_SCRIPT`].
 fn flame_graph(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) -> io::Result<()> {
     let mut svg = Vec::new();
     flamegraph::render_inline(report, options, &mut svg)?;
@@ -271,9 +281,9 @@ fn flame_graph(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write)
         "<section id=\"flamegraph\">\n<h2>Flame graph</h2>\n\
          <p>Sampled bytes by code path, weighed by bytes {} (<code>--weight</code>), one tower \
          per process image. Click a frame to zoom into it (Reset Zoom, top left, goes back); \
-         Search (top right, or Ctrl-F) highlights the frames matching a regular \
-         expression.</p>\n\
-         <div class=\"flame\">\n{}\n</div>\n</section>",
+         Search (top right, or Ctrl-F with the pointer over the graph) highlights the frames \
+         matching a regular expression.</p>\n\
+         <div class=\"flame\">\n{}\n</div>\n{FIND_KEYS_SCRIPT}\n</section>",
         options.weight.describe(),
         svg[start..].trim_end()
     )
