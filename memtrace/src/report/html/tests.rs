@@ -482,3 +482,17 @@ fn process_names_are_escaped() {
     assert!(!html.contains("<script>alert"), "unescaped command");
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
 }
+
+#[test]
+fn the_flame_graph_keeps_its_script_and_leaves_find_to_the_browser() {
+    let html = page(&server_diagnosed());
+    let flame = section(&html, "flamegraph");
+    // inferno's search and zoom, started by the SVG's onload.
+    assert!(flame.contains("onload=\"init(evt)\""), "{flame}");
+    assert!(flame.contains("function search(term)"), "{flame}");
+    assert!(flame.contains("function zoom(node)"), "{flame}");
+    assert!(flame.contains("var fluiddrawing = false"), "{flame}");
+    assert!(flame.contains(FIND_KEYS_SCRIPT), "{flame}");
+    // In the capture phase: before inferno's listener on the window.
+    assert!(FIND_KEYS_SCRIPT.contains("}, true);"));
+}
