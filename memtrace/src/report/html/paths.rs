@@ -160,7 +160,8 @@ pub(super) fn sparkline(report: &Report, stack: StackId, end_ns: u64) -> String 
     };
     let end_ns = end_ns.max(1) as f64;
     let width_of = |ns: u64| SPARK_WIDTH * ns as f64 / end_ns;
-    let bar_width = width_of(report.path_bucket_ns).max(1.5);
+    // A pixel between neighbouring bars, so contiguous growth reads as buckets.
+    let bar_width = (width_of(report.path_bucket_ns) - 1.0).max(1.5);
     let mut svg = format!(
         "<svg class=\"spark\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{SPARK_WIDTH}\" \
          height=\"{SPARK_HEIGHT}\" viewBox=\"0 0 {SPARK_WIDTH} {SPARK_HEIGHT}\">\
