@@ -708,7 +708,7 @@ fn html_report_first_screen_at_1400x900() {
         Format::Html,
         &RenderOptions::default(),
         &dir,
-        "memtrace.html",
+        "memtrace-first-screen.html",
     );
     assert_first_screen(&file);
     let shot = dir.join("html-1400x900.png");

@@ -57,7 +57,7 @@ ul.legend li { display: inline-block; margin-right: 1em; }
 .swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.3em; }
 table { border-collapse: collapse; font-size: 0.9em; }
 th, td { padding: 0.15em 0.5em; border-bottom: 1px solid #eee; text-align: right; vertical-align: top; white-space: nowrap; }
-td.place, td.cmd { white-space: normal; }
+td.place, td.cmd { white-space: normal; } td.place { min-width: 15em; }
 td.cmd, th.cmd, td.place, th.place { text-align: left; }
 table.paths summary { cursor: pointer; } .via, .none { color: #777; font-size: 0.9em; }
 table.cow tr.proc th { background: #f4f4f4; font-weight: normal; }

@@ -1,7 +1,8 @@
 //! Code paths on the HTML page: the top paths (`#top-paths`, on the first
 //! screen), each named by the frame of the user's own code that holds the
-//! memory ([`place_frame`]) with its whole stack a click away and, for the
-//! first [`TIMELINE_PATHS`], a sparkline of when it grew; and the
+//! memory ([`place_frame`]; stacks with the same place are one row) with
+//! its stacks a click away and, for the first [`TIMELINE_PATHS`], a
+//! sparkline of when it grew; and the
 //! copy-on-write section (`#cow`): the paths that un-shared the most pages
 //! in each process.
 
@@ -10,7 +11,7 @@ use std::fmt::Write as _;
 
 use super::text::{self, seconds};
 use super::{escape, RenderOptions};
-use crate::aggregate::{Frame, PathReport, ProcessReport, Report, StackGrowthReport, StackId};
+use crate::aggregate::{Frame, PathReport, ProcessId, ProcessReport, Report, StackId, Weight};
 use crate::diagnose::place_frame;
 use crate::units::format_bytes;
 
@@ -20,6 +21,9 @@ pub(super) const TIMELINE_PATHS: usize = 5;
 /// Sparkline size, in pixels.
 const SPARK_WIDTH: f64 = 150.0;
 const SPARK_HEIGHT: f64 = 22.0;
+
+/// Stacks listed under one top path.
+const STACKS_PER_PLACE: usize = 3;
 
 /// Copy-on-write paths listed per process.
 const COW_PATHS_PER_PROCESS: usize = 3;
@@ -40,39 +44,124 @@ pub(super) fn place_name(frames: &[Frame]) -> (String, Option<String>) {
     (place.short(), via)
 }
 
-/// The place of `stack` as HTML: the frame in `<code>`, `via` after it,
-/// and the whole stack (innermost first) behind a `<details>`.
-fn place_cell(report: &Report, stack: StackId) -> String {
-    let frames = report.frames(stack);
-    let (place, via) = place_name(frames);
-    let via = via.map_or_else(String::new, |v| {
-        format!(" <span class=\"via\">via {}</span>", escape(&v))
+/// A top path: every stack whose place (frame of the user's code, and the
+/// Python frame it called) is the same, summed over stacks and images.
+#[derive(Debug)]
+pub(super) struct PlaceRow {
+    /// The place's frame, `render_report (app.py:84)`.
+    pub place: String,
+    /// The innermost Python frame, when another one.
+    pub via: Option<String>,
+    /// Its stacks, most bytes of the weight first.
+    pub stacks: Vec<StackId>,
+    /// Bytes held at each image's high-water mark, summed.
+    pub peak_held_bytes: u64,
+    /// Bytes held at each image's end, summed.
+    pub end_bytes: u64,
+    /// Bytes grown, summed.
+    pub grown_bytes: u64,
+    /// The images it ran in, ascending.
+    pub processes: Vec<ProcessId>,
+}
+
+impl PlaceRow {
+    /// The bytes `weight` counts.
+    fn weight_bytes(&self, weight: Weight) -> u64 {
+        match weight {
+            Weight::Peak => self.peak_held_bytes,
+            Weight::End => self.end_bytes,
+            Weight::Grown => self.grown_bytes,
+        }
+    }
+}
+
+/// The `n` places with the most bytes of `weight` (> 0), largest first,
+/// ties by name: the report's merged stacks grouped by [`place_name`].
+pub(super) fn top_places(report: &Report, weight: Weight, n: usize) -> Vec<PlaceRow> {
+    let mut rows: Vec<PlaceRow> = Vec::new();
+    for stack in report.top_stacks(weight, usize::MAX) {
+        let (place, via) = place_name(report.frames(stack.stack));
+        let index = match rows.iter().position(|r| r.place == place && r.via == via) {
+            Some(index) => index,
+            None => {
+                rows.push(PlaceRow {
+                    place,
+                    via,
+                    stacks: Vec::new(),
+                    peak_held_bytes: 0,
+                    end_bytes: 0,
+                    grown_bytes: 0,
+                    processes: Vec::new(),
+                });
+                rows.len() - 1
+            }
+        };
+        let row = &mut rows[index];
+        row.stacks.push(stack.stack);
+        row.peak_held_bytes += stack.peak_held_bytes;
+        row.end_bytes += stack.bytes.held_now_bytes();
+        row.grown_bytes += stack.bytes.grown_bytes();
+        row.processes.extend(&stack.processes);
+        row.processes.sort();
+        row.processes.dedup();
+    }
+    rows.sort_by(|a, b| {
+        (b.weight_bytes(weight), &a.place, &a.via).cmp(&(a.weight_bytes(weight), &b.place, &b.via))
     });
-    let stack_items: Vec<String> = text::frames_innermost_first(frames)
+    rows.truncate(n);
+    rows
+}
+
+/// A place as HTML: the frame in `<code>`, `via` after it, and its stacks
+/// (innermost frame first, at most [`STACKS_PER_PLACE`]) behind a
+/// `<details>`.
+fn place_html(report: &Report, place: &str, via: Option<&str>, stacks: &[StackId]) -> String {
+    let via = via.map_or_else(String::new, |v| {
+        format!(" <span class=\"via\">via {}</span>", escape(v))
+    });
+    let mut lists: Vec<String> = stacks
         .iter()
-        .map(|f| format!("<li>{}</li>", escape(f)))
+        .take(STACKS_PER_PLACE)
+        .map(|&stack| {
+            let items: Vec<String> = text::frames_innermost_first(report.frames(stack))
+                .iter()
+                .map(|f| format!("<li>{}</li>", escape(f)))
+                .collect();
+            format!("<ul class=\"frames\">{}</ul>", items.join(""))
+        })
         .collect();
+    if stacks.len() > STACKS_PER_PLACE {
+        lists.push(format!(
+            "<p class=\"via\">… {} more stacks</p>",
+            stacks.len() - STACKS_PER_PLACE
+        ));
+    }
     format!(
-        "<details><summary><code>{}</code>{via}</summary><ul class=\"frames\">{}</ul>\
-         </details>",
-        escape(&place),
-        stack_items.join("")
+        "<details><summary><code>{}</code>{via}</summary>{}</details>",
+        escape(place),
+        lists.join("")
     )
 }
 
-/// The top-paths table: the `options.top` stacks with the most bytes of
-/// `options.weight` summed over processes, with the three measures, the
-/// share of the weight, the processes and, for the first
+/// The place of one stack as HTML ([`place_html`]).
+fn place_cell(report: &Report, stack: StackId) -> String {
+    let (place, via) = place_name(report.frames(stack));
+    place_html(report, &place, via.as_deref(), &[stack])
+}
+
+/// The top-paths table: the `options.top` places with the most bytes of
+/// `options.weight` summed over stacks and processes, with the three
+/// measures, the share of the weight, the processes and, for the first
 /// [`TIMELINE_PATHS`], when they grew.
 pub(super) fn top_paths(report: &Report, options: &RenderOptions, end_ns: u64) -> String {
     let weight = options.weight;
     let mut html = format!(
         "<section id=\"top-paths\">\n<h2>Top paths <small>by bytes {0}, summed over \
-         processes; named by your code's frame (click for the stack)</small></h2>\n",
+         processes; named by your code's frame (click for the stacks)</small></h2>\n",
         weight.describe()
     );
-    let stacks = report.top_stacks(weight, options.top);
-    if stacks.is_empty() {
+    let rows = top_places(report, weight, options.top);
+    if rows.is_empty() {
         let _ = writeln!(
             html,
             "<p>No sampled path has bytes {}.</p>\n</section>",
@@ -88,9 +177,9 @@ pub(super) fn top_paths(report: &Report, options: &RenderOptions, end_ns: u64) -
          <th>in</th><th>when it grew (per {})</th></tr>",
         seconds(report.path_bucket_ns)
     );
-    for (rank, stack) in stacks.iter().enumerate() {
+    for (rank, row) in rows.iter().enumerate() {
         let timeline = if rank < TIMELINE_PATHS {
-            sparkline(report, stack.stack, end_ns)
+            sparkline(report, &row.stacks, end_ns)
         } else {
             String::new()
         };
@@ -99,23 +188,23 @@ pub(super) fn top_paths(report: &Report, options: &RenderOptions, end_ns: u64) -
             "<tr><td>{}</td><td class=\"place\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{timeline}</td></tr>",
             rank + 1,
-            place_cell(report, stack.stack),
-            format_bytes(stack.peak_held_bytes),
-            format_bytes(stack.bytes.held_now_bytes()),
-            format_bytes(stack.bytes.grown_bytes()),
-            text::percent(stack.weight_bytes(weight), all),
-            processes_cell(report, stack),
+            place_html(report, &row.place, row.via.as_deref(), &row.stacks),
+            format_bytes(row.peak_held_bytes),
+            format_bytes(row.end_bytes),
+            format_bytes(row.grown_bytes),
+            text::percent(row.weight_bytes(weight), all),
+            processes_cell(report, &row.processes),
         );
     }
     html.push_str("</table>\n</section>\n");
     html
 }
 
-/// `1 worker` / `4 workers`, with the images' names as tooltip.
-fn processes_cell(report: &Report, stack: &StackGrowthReport) -> String {
-    let names: Vec<String> = stack.processes.iter().map(|&id| report.name(id)).collect();
-    let kinds: Vec<String> = stack
-        .processes
+/// `1 worker` / `4 workers` / `3 processes`, with the images' names as
+/// tooltip.
+fn processes_cell(report: &Report, processes: &[ProcessId]) -> String {
+    let names: Vec<String> = processes.iter().map(|&id| report.name(id)).collect();
+    let kinds: Vec<String> = processes
         .iter()
         .filter_map(|&id| report.process(id))
         .map(|p| p.kind.to_string())
@@ -138,11 +227,11 @@ fn processes_cell(report: &Report, stack: &StackGrowthReport) -> String {
     )
 }
 
-/// Bytes `stack` grew per time bucket (bucket start → bytes), summed over
-/// every image it ran in.
-pub(super) fn growth_per_bucket(report: &Report, stack: StackId) -> BTreeMap<u64, u64> {
+/// Bytes `stacks` grew per time bucket (bucket start → bytes), summed over
+/// every image they ran in.
+pub(super) fn growth_per_bucket(report: &Report, stacks: &[StackId]) -> BTreeMap<u64, u64> {
     let mut buckets = BTreeMap::new();
-    for path in report.paths.iter().filter(|p| p.stack == stack) {
+    for path in report.paths.iter().filter(|p| stacks.contains(&p.stack)) {
         for point in &path.timeline {
             *buckets.entry(point.t_ns).or_insert(0) += point.growth_bytes;
         }
@@ -151,10 +240,10 @@ pub(super) fn growth_per_bucket(report: &Report, stack: StackId) -> BTreeMap<u64
     buckets
 }
 
-/// A small SVG of when `stack` grew: one bar per time bucket with growth,
+/// A small SVG of when `stacks` grew: one bar per time bucket with growth,
 /// placed on the run's axis `0..=end_ns`, heights relative to the largest.
-pub(super) fn sparkline(report: &Report, stack: StackId, end_ns: u64) -> String {
-    let buckets = growth_per_bucket(report, stack);
+pub(super) fn sparkline(report: &Report, stacks: &[StackId], end_ns: u64) -> String {
+    let buckets = growth_per_bucket(report, stacks);
     let Some(&largest) = buckets.values().max() else {
         return "<span class=\"none\">no growth sampled</span>".to_owned();
     };

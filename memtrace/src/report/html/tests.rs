@@ -315,6 +315,39 @@ fn top_paths_are_named_by_the_users_frame_with_three_measures() {
 }
 
 #[test]
+fn stacks_with_one_place_are_one_top_path() {
+    let mut report = lifecycle_diagnosed();
+    // `load` becomes another stack through `append`: a different native
+    // leaf under the same line.
+    let load = report.top_stacks(Weight::Peak, 1)[0].stack;
+    let mut frames = crate::report::fixtures::cache_stack();
+    *frames.last_mut().unwrap() = native("memcpy");
+    report.report.stacks[load.0 as usize] = frames;
+    let rows = paths::top_places(&report, Weight::Peak, 10);
+    let names: Vec<&str> = rows.iter().map(|r| r.place.as_str()).collect();
+    assert_eq!(names, ["append (cache.py:42)", "handle_job (jobs.py:20)"]);
+    let append = &rows[0];
+    // 60 MiB in tgid 202's first image and 40 MiB in tgid 201 and 201#2.
+    assert_eq!(append.peak_held_bytes, 100 * 1024 * 1024);
+    assert_eq!(append.stacks.len(), 2);
+    assert_eq!(append.processes.len(), 3);
+    let html = page(&report);
+    let row = path_row(&html, 1);
+    assert_eq!(row.matches("<ul class=\"frames\">").count(), 2, "{row}");
+    assert!(row.contains("<td>100.0 MiB</td>"), "{row}");
+    assert!(row.contains(">3 workers</span>"), "{row}");
+    // Its timeline sums both stacks' growth.
+    let both = paths::growth_per_bucket(&report, &append.stacks);
+    let one = paths::growth_per_bucket(&report, &append.stacks[..1]);
+    assert!(both.values().sum::<u64>() > one.values().sum::<u64>());
+    assert!(row.contains(&paths::sparkline(
+        &report,
+        &append.stacks,
+        chart::chart_end_ns(&report)
+    )));
+}
+
+#[test]
 fn a_path_in_a_library_is_named_by_the_users_caller() {
     let frames = vec![
         py("<module>", "app/worker.py", 1),
@@ -338,13 +371,13 @@ fn the_top_five_paths_show_when_they_grew() {
     let end_ns = chart::chart_end_ns(&report);
     // handle_job grew 40 MiB in each of three one-second buckets of tgid 201.
     let stack = report.top_stacks(Weight::Grown, 1)[0].stack;
-    let buckets = paths::growth_per_bucket(&report, stack);
+    let buckets = paths::growth_per_bucket(&report, &[stack]);
     assert_eq!(buckets.len(), 3, "{buckets:?}");
     assert!(
         buckets.values().all(|&b| b == 40 * 1024 * 1024),
         "{buckets:?}"
     );
-    let spark = paths::sparkline(&report, stack, end_ns);
+    let spark = paths::sparkline(&report, &[stack], end_ns);
     assert_eq!(spark.matches("<rect ").count(), 3, "{spark}");
     for t_ns in buckets.keys() {
         let tooltip = format!("<title>{}: +40.0 MiB grown</title>", seconds(*t_ns));
