@@ -552,8 +552,9 @@ window.addEventListener("load", function () { setTimeout(function () {
     return { left: r.left + scrollX, top: r.top + scrollY,
              right: r.right + scrollX, bottom: r.bottom + scrollY };
   }
-  var out = { width: innerWidth, boxes: {}, labels: [], marks: 0 };
-  ["#verdict", "#rss-chart", "#top-paths", "#top-paths table tr:nth-child(2)",
+  var out = { width: innerWidth, scroll_width: document.documentElement.scrollWidth,
+              boxes: {}, labels: [], marks: 0 };
+  ["#verdict", "#rss-chart", "#top-paths", "#top-paths table", "#top-paths table tr:nth-child(2)",
    "#processes", "#flamegraph svg", "#flamegraph #title"].forEach(function (s) {
     out.boxes[s] = box(document.querySelector(s));
   });
@@ -638,6 +639,10 @@ fn assert_first_screen(file: &Path) {
     let layout = html_layout(file);
     println!("layout of {}: {layout}", file.display());
     assert_eq!(layout["width"], SCREEN.0, "{layout}");
+    assert!(
+        layout["scroll_width"].as_u64().unwrap() <= u64::from(SCREEN.0),
+        "the page scrolls sideways: {layout}"
+    );
     let fold = f64::from(SCREEN.1);
     let verdict = layout_box(&layout, "#verdict");
     let chart = layout_box(&layout, "#rss-chart");

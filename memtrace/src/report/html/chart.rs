@@ -340,7 +340,7 @@ pub(super) fn per_image(report: &Report, order: &[&ProcessReport]) -> String {
              </figcaption>",
             p.id,
             escape(&p.name()),
-            escape(&p.label()),
+            escape(&text::short_command(&p.cmdline, super::MAX_COMMAND_CHARS)),
             escape(&text::ended_text(p))
         );
         if p.timeline.is_empty() {

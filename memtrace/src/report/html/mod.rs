@@ -22,6 +22,10 @@ use crate::aggregate::{ProcessId, ProcessReport, Report};
 use crate::diagnose::Diagnosed;
 use crate::units::{format_bytes, format_signed_bytes};
 
+/// Most characters of a command in the process table and chart captions
+/// (cut from the left, so the script and its arguments stay).
+pub(super) const MAX_COMMAND_CHARS: usize = 60;
+
 /// The page's style sheet. Class names avoid those of inferno's flame graph
 /// (`hide`, `parent`), whose style sheet applies to the whole page, and
 /// every chart sets its own text font over inferno's `text` rule.
@@ -33,7 +37,7 @@ h2 { font-size: 1.1em; margin: 1.2em 0 0.4em 0; border-bottom: 1px solid #ccc; }
 h2 small { font-weight: normal; color: #666; font-size: 0.8em; }
 summary h2 { display: inline; border: none; }
 code, .frames { font-family: monospace; }
-.first { display: grid; grid-template-columns: minmax(0, 1fr) 720px; gap: 0 1.4em; align-items: start; }
+.first { display: grid; grid-template-columns: minmax(0, 1fr) 760px; gap: 0 1.4em; align-items: start; }
 .first h2 { margin-top: 0.3em; }
 #verdict ol.causes { padding-left: 0; list-style: none; margin: 0; }
 .cause { margin-bottom: 0.6em; padding-left: 0.6em; }
@@ -57,7 +61,8 @@ ul.legend li { display: inline-block; margin-right: 1em; }
 .swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.3em; }
 table { border-collapse: collapse; font-size: 0.9em; }
 th, td { padding: 0.15em 0.5em; border-bottom: 1px solid #eee; text-align: right; vertical-align: top; white-space: nowrap; }
-td.place, td.cmd { white-space: normal; } td.place { min-width: 15em; }
+th, td.place, td.cmd { white-space: normal; } td.place, td.cmd { overflow-wrap: anywhere; }
+table.paths { width: 100%; }
 td.cmd, th.cmd, td.place, th.place { text-align: left; }
 table.paths summary { cursor: pointer; } .via, .none { color: #777; font-size: 0.9em; }
 table.cow tr.proc th { background: #f4f4f4; font-weight: normal; }
@@ -236,7 +241,7 @@ fn process_tree(report: &Report) -> String {
             escape(&text::python_text(p.python.as_ref(), true)),
             seconds(p.started_ns),
             escape(&ended),
-            escape(&p.label()),
+            escape(&text::short_command(&p.cmdline, MAX_COMMAND_CHARS)),
         );
     }
     let t = &report.totals;

@@ -19,7 +19,7 @@ use crate::units::format_bytes;
 pub(super) const TIMELINE_PATHS: usize = 5;
 
 /// Sparkline size, in pixels.
-const SPARK_WIDTH: f64 = 150.0;
+const SPARK_WIDTH: f64 = 120.0;
 const SPARK_HEIGHT: f64 = 22.0;
 
 /// Stacks listed under one top path.
@@ -33,6 +33,7 @@ const MAX_COW_PROCESSES: usize = 8;
 
 /// `name (file:line)` of the place of a stack, and the innermost Python
 /// frame it went through when that is another one (`via dumps (...)`).
+/// Files are named without their folders.
 pub(super) fn place_name(frames: &[Frame]) -> (String, Option<String>) {
     let place = place_frame(frames);
     let via = frames
@@ -41,7 +42,19 @@ pub(super) fn place_name(frames: &[Frame]) -> (String, Option<String>) {
         .find(|f| matches!(f, Frame::Python { .. }))
         .filter(|f| *f != place)
         .map(Frame::short);
-    (place.short(), via)
+    (short_frame(place), via)
+}
+
+/// [`Frame::short`], with a mapped file named without its folders.
+fn short_frame(frame: &Frame) -> String {
+    match frame {
+        Frame::Mapping { mapping, name } => Frame::Mapping {
+            mapping: *mapping,
+            name: name.rsplit('/').next().unwrap_or(name).to_owned(),
+        }
+        .to_string(),
+        other => other.short(),
+    }
 }
 
 /// A top path: every stack whose place (frame of the user's code, and the
@@ -174,7 +187,7 @@ pub(super) fn top_paths(report: &Report, options: &RenderOptions, end_ns: u64) -
         html,
         "<table class=\"paths\">\n<tr><th>#</th><th class=\"place\">where</th>\
          <th>held at peak</th><th>held at end</th><th>grown</th><th>share</th>\
-         <th>in</th><th>when it grew (per {})</th></tr>",
+         <th>in</th><th title=\"bytes grown per {} of the run\">when it grew</th></tr>",
         seconds(report.path_bucket_ns)
     );
     for (rank, row) in rows.iter().enumerate() {

@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::aggregate::test_support::{native, prefork_report, py};
-use crate::aggregate::Weight;
+use crate::aggregate::{Frame, Weight};
 use crate::report::fixtures::server_diagnosed;
 use crate::report::fixtures::{lifecycle_diagnosed, lifecycle_report, S};
 use crate::report::verdict;
@@ -361,6 +361,14 @@ fn a_path_in_a_library_is_named_by_the_users_caller() {
     assert_eq!(
         paths::place_name(&frames[..2]),
         ("render_report (views.py:84)".to_owned(), None)
+    );
+    let library = [Frame::Mapping {
+        mapping: crate::aggregate::MappingKind::File,
+        name: "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0".to_owned(),
+    }];
+    assert_eq!(
+        paths::place_name(&library),
+        ("[file libsqlite3.so.0]".to_owned(), None)
     );
 }
 
