@@ -722,6 +722,11 @@ fn html_report_first_screen_at_1400x900() {
     let screenshot = chromium(&url, &[&size, &format!("--screenshot={}", shot.display())]);
     assert!(screenshot.status.success(), "{}", stderr_of(&screenshot));
     println!("screenshot: {}", shot.display());
+    // Any other page, e.g. `memtrace report --format html` of a capture of
+    // `cargo xtask demo`.
+    if let Some(other) = std::env::var_os("MEMTRACE_FIRST_SCREEN_HTML") {
+        assert_first_screen(Path::new(&other));
+    }
 }
 
 /// The one file in `dir` whose name ends with `ending`.
