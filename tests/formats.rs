@@ -2,7 +2,10 @@
 //! the pprof file by `go tool pprof`, the speedscope file by the speedscope
 //! web app (npm package `speedscope`) in headless chromium, the flame graph
 //! SVG by an XML parser, the HTML report by headless chromium (DOM dump and
-//! screenshot, no console errors).
+//! screenshot, no console errors; at 1400 x 900, the verdict, the RSS chart
+//! and the top paths above the fold and the process table after them, mark
+//! labels that do not overlap, the flame graph's title inside it and its
+//! zoom and search working).
 //!
 //! Most tests render a synthetic pre-fork run built through the public
 //! aggregation API (no root, no eBPF; exact numbers to check the consumers'
@@ -36,7 +39,7 @@ use memtrace::diagnose::{self, Diagnosed};
 use memtrace::report::Format;
 use memtrace::report::{self, RenderOptions};
 use memtrace_common::{MemoryEvent, ProcessCounters, MM_ANONPAGES, MM_FILEPAGES};
-use serde_json::Value;
+use serde_json::{json, Value};
 use svg::{parse_svg, titles};
 
 const MIB: u64 = 1024 * 1024;
@@ -518,7 +521,7 @@ fn html_report_loads_in_chromium_with_chart_and_flame_graph() {
     );
     let dom = html_dom(&file, Some(&dir.join("html-report.png")));
     for needle in [
-        "id=\"diagnosis\"",
+        "id=\"verdict\"",
         "id=\"rss-p0\"",
         "class=\"rss-line\"",
         "forked tgid 101 at 1.0 s",
@@ -530,6 +533,201 @@ fn html_report_loads_in_chromium_with_chart_and_flame_graph() {
         "append (app/cache.py:42)",
     ] {
         assert!(dom.contains(needle), "no {needle} in the DOM:\n{dom}");
+    }
+}
+
+/// Width and height of the first screen the HTML report is laid out for.
+const SCREEN: (u32, u32) = (1400, 900);
+
+/// A script appended to a copy of the HTML report: once the page has
+/// loaded, it records the page-coordinate boxes of the first screen's parts
+/// and the process table, the boxes of the mark labels a reader sees
+/// without hovering, the flame graph's and its title's boxes; then, through
+/// inferno's script, searches for the widest frame that is not a root's
+/// function and clicks it; and writes it all as JSON into
+/// `<pre id="layout">`.
+const LAYOUT_PROBE: &str = r##"<script>
+window.addEventListener("load", function () { setTimeout(function () {
+  function box(element) {
+    if (!element) return null;
+    var r = element.getBoundingClientRect();
+    return { left: r.left + scrollX, top: r.top + scrollY,
+             right: r.right + scrollX, bottom: r.bottom + scrollY };
+  }
+  var out = { width: innerWidth, scroll_width: document.documentElement.scrollWidth,
+              boxes: {}, labels: [], marks: 0 };
+  ["#verdict", "#rss-chart", "#top-paths", "#top-paths table", "#top-paths table tr:nth-child(2)",
+   "#processes", "#flamegraph svg", "#flamegraph #title"].forEach(function (s) {
+    out.boxes[s] = box(document.querySelector(s));
+  });
+  document.querySelectorAll(".mark").forEach(function () { out.marks += 1; });
+  document.querySelectorAll(".mark-label").forEach(function (label) {
+    if (getComputedStyle(label).visibility !== "hidden") out.labels.push(box(label));
+  });
+  var width = function (g) { return parseInt(g.querySelector("rect").getAttribute("fg:w")); };
+  var total = parseInt(document.getElementById("frames").getAttribute("total_samples"));
+  var frames = Array.prototype.slice.call(document.querySelectorAll("#frames > g"));
+  var narrower = frames.filter(function (g) {
+    return width(g) < total && g.querySelector("title").textContent.indexOf("(tgid ") < 0;
+  });
+  narrower.sort(function (a, b) { return width(b) - width(a); });
+  var frame = narrower[0] || frames[0];
+  var name = frame.querySelector("title").textContent.split(" (")[0];
+  out.searched = name;
+  var prompted = 0;
+  window.prompt = function () { prompted += 1; return null; };
+  document.body.dispatchEvent(new KeyboardEvent("keydown", { keyCode: 70, ctrlKey: true, bubbles: true }));
+  out.find_prompted = prompted;
+  document.getElementById("search").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+  out.search_prompted = prompted;
+  search(name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+  out.matched = document.getElementById("matched").textContent;
+  frame.querySelector("rect").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+  out.zoomed_width = parseFloat(frame.querySelector("rect").getAttribute("width"));
+  out.unzoom_shown = !document.getElementById("unzoom").classList.contains("hide");
+  var pre = document.createElement("pre");
+  pre.id = "layout";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+}, 0); });
+</script>"##;
+
+/// Lays out a copy of the HTML report `file` with [`LAYOUT_PROBE`] in
+/// headless chromium at [`SCREEN`]; returns what the probe recorded.
+fn html_layout(file: &Path) -> Value {
+    let html = std::fs::read_to_string(file).unwrap();
+    assert!(html.contains("</body>"), "{html}");
+    let dir = tempfile::tempdir().unwrap();
+    let probed = dir.path().join("probed.html");
+    std::fs::write(
+        &probed,
+        html.replace("</body>", &format!("{LAYOUT_PROBE}</body>")),
+    )
+    .unwrap();
+    let url = format!("file://{}", probed.display());
+    let size = format!("--window-size={},{}", SCREEN.0, SCREEN.1);
+    let dom = chromium(&url, &[&size, "--virtual-time-budget=5000", "--dump-dom"]);
+    let (dom_text, stderr) = (stdout_of(&dom), stderr_of(&dom));
+    assert!(dom.status.success(), "{stderr}");
+    assert!(script_errors(&stderr).is_empty(), "{stderr}");
+    let json = dom_text
+        .split("<pre id=\"layout\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("the probe wrote nothing:\n{stderr}"));
+    // Text as --dump-dom serializes it.
+    let json = json
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap()
+}
+
+/// The box the probe recorded for `selector`: left, top, right, bottom.
+fn layout_box(layout: &Value, selector: &str) -> [f64; 4] {
+    let b = &layout["boxes"][selector];
+    assert!(b.is_object(), "no {selector} on the page: {layout}");
+    ["left", "top", "right", "bottom"].map(|side| b[side].as_f64().unwrap())
+}
+
+/// Asserts the first screen of the HTML report `file` at [`SCREEN`]: the
+/// verdict, the whole RSS chart and the top paths' first row above the
+/// fold, the process table below all three; no two mark labels a reader
+/// sees at once overlap; the flame graph within the width with its title
+/// inside it; searching a frame's function matches, clicking it zooms;
+/// Ctrl-F away from the graph is left to the browser, its Search button
+/// asks for a term.
+fn assert_first_screen(file: &Path) {
+    let layout = html_layout(file);
+    println!("layout of {}: {layout}", file.display());
+    assert_eq!(layout["width"], SCREEN.0, "{layout}");
+    assert!(
+        layout["scroll_width"].as_u64().unwrap() <= u64::from(SCREEN.0),
+        "the page scrolls sideways: {layout}"
+    );
+    let fold = f64::from(SCREEN.1);
+    let verdict = layout_box(&layout, "#verdict");
+    let chart = layout_box(&layout, "#rss-chart");
+    let paths = layout_box(&layout, "#top-paths");
+    let first_path = layout_box(&layout, "#top-paths table tr:nth-child(2)");
+    for (name, b) in [
+        ("verdict", verdict),
+        ("RSS chart", chart),
+        ("top paths", paths),
+    ] {
+        assert!(
+            b[1] < fold && b[3] > b[1],
+            "{name} not above the fold: {b:?}"
+        );
+    }
+    assert!(
+        chart[3] <= fold,
+        "the RSS chart is cut by the fold: {chart:?}"
+    );
+    assert!(
+        first_path[3] <= fold,
+        "no top path above the fold: {first_path:?}"
+    );
+    let table = layout_box(&layout, "#processes");
+    for b in [verdict, chart, paths] {
+        assert!(
+            table[1] >= b[3],
+            "the process table starts inside {b:?}: {table:?}"
+        );
+    }
+    assert!(layout["marks"].as_u64().unwrap() > 0, "{layout}");
+    let labels: Vec<[f64; 4]> = (0..layout["labels"].as_array().unwrap().len())
+        .map(|i| layout_box(&json!({"boxes": {"l": layout["labels"][i]}}), "l"))
+        .collect();
+    for (i, a) in labels.iter().enumerate() {
+        for b in &labels[i + 1..] {
+            let apart = a[2] <= b[0] || b[2] <= a[0] || a[3] <= b[1] || b[3] <= a[1];
+            assert!(apart, "mark labels overlap: {a:?} {b:?}");
+        }
+    }
+    let flame = layout_box(&layout, "#flamegraph svg");
+    let title = layout_box(&layout, "#flamegraph #title");
+    assert!(
+        flame[2] <= f64::from(SCREEN.0),
+        "flame graph wider than the screen: {flame:?}"
+    );
+    assert!(
+        title[0] >= flame[0] && title[2] <= flame[2],
+        "title clipped: {title:?} {flame:?}"
+    );
+    let zoomed = layout["zoomed_width"].as_f64().unwrap();
+    assert!((zoomed - 100.0).abs() < 0.01, "no zoom: {layout}");
+    assert_eq!(layout["unzoom_shown"], true, "{layout}");
+    assert!(
+        layout["matched"].as_str().unwrap().starts_with("Matched: "),
+        "{layout}"
+    );
+}
+
+#[test]
+fn html_report_first_screen_at_1400x900() {
+    let test = "html_report_first_screen_at_1400x900";
+    if !available(Path::new(CHROMIUM), test) {
+        return;
+    }
+    let dir = artifacts_dir();
+    let file = rendered(
+        Format::Html,
+        &RenderOptions::default(),
+        &dir,
+        "memtrace-first-screen.html",
+    );
+    assert_first_screen(&file);
+    let shot = dir.join("html-1400x900.png");
+    let url = format!("file://{}", file.canonicalize().unwrap().display());
+    let size = format!("--window-size={},{}", SCREEN.0, SCREEN.1);
+    let screenshot = chromium(&url, &[&size, &format!("--screenshot={}", shot.display())]);
+    assert!(screenshot.status.success(), "{}", stderr_of(&screenshot));
+    println!("screenshot: {}", shot.display());
+    // Any other page, e.g. `memtrace report --format html` of a capture of
+    // `cargo xtask demo`.
+    if let Some(other) = std::env::var_os("MEMTRACE_FIRST_SCREEN_HTML") {
+        assert_first_screen(Path::new(&other));
     }
 }
 
@@ -624,7 +822,9 @@ fn a_real_trace_writes_files_their_programs_open() {
     let dom = speedscope_dom(&file_ending(dir.path(), ".speedscope.json"), None);
     assert!(dom.contains("(tgid "), "{dom}");
 
-    let dom = html_dom(&file_ending(dir.path(), ".html"), None);
+    let html = file_ending(dir.path(), ".html");
+    assert_first_screen(&html);
+    let dom = html_dom(&html, None);
     for needle in [
         "id=\"rss-p0\"",
         "class=\"rss-line\"",

@@ -47,8 +47,8 @@ pub enum FormatArg {
     Speedscope,
     /// Gzipped profile.proto (go tool pprof, Grafana Pyroscope).
     Pprof,
-    /// One self-contained HTML page: diagnosis, process tree, RSS charts,
-    /// paths, flame graph.
+    /// One self-contained HTML page: verdict, RSS chart and top paths first,
+    /// then process tree, copy-on-write, flame graph.
     Html,
 }
 

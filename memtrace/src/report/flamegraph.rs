@@ -20,6 +20,10 @@ const IMAGE_WIDTH: usize = 1200;
 /// inferno's default font (12 px, 0.59 em per character).
 const MAX_SUBTITLE_CHARS: usize = 160;
 
+/// Most characters of the command in the title of the inline graph: about
+/// what fits in [`IMAGE_WIDTH`] at inferno's title font (17 px).
+const MAX_INLINE_TITLE_COMMAND_CHARS: usize = 80;
+
 /// Height of the SVG drawn when no growth was sampled, in pixels.
 const EMPTY_HEIGHT: usize = 60;
 
@@ -66,7 +70,10 @@ fn draw(
         .into_iter()
         .map(|(stack, bytes)| format!("{stack} {bytes}"))
         .collect();
-    let title = title(report, options, process);
+    let mut title = title(report, options, process);
+    if image_width.is_some() {
+        title = inline_title(report, options);
+    }
     if lines.is_empty() {
         return empty(&title, options.weight, out);
     }
@@ -110,6 +117,17 @@ fn title(report: &Report, options: &RenderOptions, process: Option<ProcessId>) -
         title.push_str(&format!(", {} ({})", report.name(id), report.label(id)));
     }
     title
+}
+
+/// The inline graph's title: [`title`] with the command cut to
+/// [`MAX_INLINE_TITLE_COMMAND_CHARS`] (from the left, so the script stays),
+/// since the inline graph does not stretch and a longer title is clipped.
+fn inline_title(report: &Report, options: &RenderOptions) -> String {
+    format!(
+        "memtrace: memory {} by `{}`",
+        options.weight.describe(),
+        text::short_command(&report.meta.command, MAX_INLINE_TITLE_COMMAND_CHARS)
+    )
 }
 
 /// A valid SVG holding `title` and a line saying no path has bytes of
@@ -271,5 +289,27 @@ mod tests {
             standalone.contains("var fluiddrawing = true"),
             "{standalone}"
         );
+    }
+
+    #[test]
+    fn the_inline_title_fits_its_width() {
+        let mut report = server_diagnosed();
+        let script = "/srv/app/server.py --workers 4 --queue redis://cache:6379/0";
+        report.report.meta.command = format!("/usr/bin/python3.12 {script} {}", "-v ".repeat(40));
+        let mut out = Vec::new();
+        render_inline(&report, &RenderOptions::default(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let title = text.split("id=\"title\"").nth(1).unwrap();
+        let title = &title[title.find('>').unwrap() + 1..title.find("</text>").unwrap()];
+        // 17 px at about 0.6 em per character.
+        assert!(
+            title.chars().count() as f64 * 17.0 * 0.6 < IMAGE_WIDTH as f64,
+            "{title}"
+        );
+        assert!(
+            title.starts_with("memtrace: memory held at peak by `… "),
+            "{title}"
+        );
+        assert!(title.ends_with("-v -v`"), "{title}");
     }
 }

@@ -32,49 +32,103 @@ const MAX_COMMAND_CHARS: usize = 40;
 /// second. 2 min.
 const PER_MINUTE_FROM_NS: u64 = 120_000_000_000;
 
+/// The verdict as parts, for a renderer that lays it out (the HTML page);
+/// [`lines`] is its terminal form. Both read the same words.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Verdict {
+    /// `Verdict: N cause(s)` (and the caveat when nothing is strong).
+    pub heading: String,
+    /// The causes shown in full, most important first.
+    pub causes: Vec<CauseText>,
+    /// Causes of the same strength left out (past [`MAX_CAUSES_SHOWN`]).
+    pub more_causes: usize,
+    /// A few words per weak cause shown beside strong ones ([`brief`]).
+    pub also_seen: Vec<String>,
+    /// Weak causes left out (past [`MAX_ALSO_SEEN`]).
+    pub more_also_seen: usize,
+}
+
+/// One cause shown in full: the answers to the five questions.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct CauseText {
+    /// Its rank, from 1.
+    pub number: usize,
+    /// Whether its evidence is strong.
+    pub strength: Strength,
+    /// Which pattern(s): `one process grows + retention`.
+    pub patterns: String,
+    /// Which processes: `4 workers (tgid 1, 2, 3, 4: app.py)`.
+    pub who: String,
+    /// What the first finding says (`largest: ` when about one of many).
+    pub what: Option<String>,
+    /// How much and how fast.
+    pub how_much: Option<String>,
+    /// Where in the code, largest first.
+    pub places: Vec<String>,
+    /// What to do next.
+    pub next: String,
+}
+
 /// The verdict's lines, heading first, without line ends: each strong cause
 /// (most important first) as a numbered heading and its `what`, `how much`,
 /// `where` and `next` lines, then one line per weak cause. When nothing is
 /// strong, the weak causes are shown in full instead.
 pub(crate) fn lines(report: &Diagnosed) -> Vec<String> {
-    let strong: Vec<&Cause> = report
-        .causes
-        .iter()
-        .filter(|c| c.strength == Strength::Strong)
-        .collect();
-    let weak: Vec<&Cause> = report
-        .causes
-        .iter()
-        .filter(|c| c.strength == Strength::Weak)
-        .collect();
-    let (full, also) = if strong.is_empty() {
-        (weak, Vec::new())
-    } else {
-        (strong, weak)
-    };
-    let mut lines = vec![heading(&full)];
-    for (number, cause) in full.iter().take(MAX_CAUSES_SHOWN).enumerate() {
-        lines.extend(cause_lines(report, number + 1, cause));
+    let verdict = verdict(report);
+    let mut lines = vec![verdict.heading.clone()];
+    for cause in &verdict.causes {
+        lines.extend(cause_lines(cause));
     }
-    if full.len() > MAX_CAUSES_SHOWN {
+    if verdict.more_causes > 0 {
         lines.push(format!(
             "  … {} more cause(s): memtrace report --verbose, or the JSON",
-            full.len() - MAX_CAUSES_SHOWN
+            verdict.more_causes
         ));
     }
-    if !also.is_empty() {
-        let mut briefs: Vec<String> = also
-            .iter()
-            .take(MAX_ALSO_SEEN)
-            .map(|cause| brief(report, cause))
-            .collect();
-        if also.len() > MAX_ALSO_SEEN {
-            briefs.push(format!("{} more", also.len() - MAX_ALSO_SEEN));
+    if !verdict.also_seen.is_empty() {
+        let mut briefs = verdict.also_seen.clone();
+        if verdict.more_also_seen > 0 {
+            briefs.push(format!("{} more", verdict.more_also_seen));
         }
         lines.push(format!("  also seen, weak evidence: {}", briefs.join("; ")));
     }
     lines.truncate(MAX_VERDICT_LINES);
     lines
+}
+
+/// The verdict of `report` as parts: the strong causes in full (at most
+/// [`MAX_CAUSES_SHOWN`]) and the weak ones briefly, or the weak ones in
+/// full when nothing is strong.
+pub(crate) fn verdict(report: &Diagnosed) -> Verdict {
+    let of = |strength| -> Vec<&Cause> {
+        report
+            .causes
+            .iter()
+            .filter(|c| c.strength == strength)
+            .collect()
+    };
+    let (strong, weak) = (of(Strength::Strong), of(Strength::Weak));
+    let (full, also) = if strong.is_empty() {
+        (weak, Vec::new())
+    } else {
+        (strong, weak)
+    };
+    Verdict {
+        heading: heading(&full),
+        causes: full
+            .iter()
+            .take(MAX_CAUSES_SHOWN)
+            .enumerate()
+            .map(|(index, cause)| cause_text(report, index + 1, cause))
+            .collect(),
+        more_causes: full.len().saturating_sub(MAX_CAUSES_SHOWN),
+        also_seen: also
+            .iter()
+            .take(MAX_ALSO_SEEN)
+            .map(|cause| brief(report, cause))
+            .collect(),
+        more_also_seen: also.len().saturating_sub(MAX_ALSO_SEEN),
+    }
 }
 
 /// `Verdict: N cause(s) ...`.
@@ -89,32 +143,50 @@ fn heading(full: &[&Cause]) -> String {
     )
 }
 
-/// A cause in full: heading, what, how much, where, next.
-fn cause_lines(report: &Diagnosed, number: usize, cause: &Cause) -> Vec<String> {
-    let mut lines = vec![format!(
-        "{number:>3}. {} in {}",
-        patterns(cause),
-        who(report, cause)
-    )];
-    if let Some(&first) = cause.findings.first() {
+/// A cause in full: pattern, who, what, how much, where, next.
+fn cause_text(report: &Diagnosed, number: usize, cause: &Cause) -> CauseText {
+    let what = cause.findings.first().map(|&first| {
         let prefix = if !cause.tree && cause.processes.len() > 1 {
             "largest: "
         } else {
             ""
         };
-        lines.push(format!(
-            "     what:     {prefix}{}",
-            report.diagnosis[first].summary
-        ));
+        format!("{prefix}{}", report.diagnosis[first].summary)
+    });
+    CauseText {
+        number,
+        strength: cause.strength,
+        patterns: patterns(cause),
+        who: who(report, cause),
+        what,
+        how_much: how_much(report, cause),
+        places: cause
+            .places
+            .iter()
+            .map(|place| place_text(cause.pattern, place))
+            .collect(),
+        next: cause.next_step.clone(),
     }
-    if let Some(amount) = how_much(report, cause) {
+}
+
+/// A cause's terminal lines: a numbered heading and its `what`, `how
+/// much`, `where` and `next` lines.
+fn cause_lines(cause: &CauseText) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{:>3}. {} in {}",
+        cause.number, cause.patterns, cause.who
+    )];
+    if let Some(what) = &cause.what {
+        lines.push(format!("     what:     {what}"));
+    }
+    if let Some(amount) = &cause.how_much {
         lines.push(format!("     how much: {amount}"));
     }
     for (index, place) in cause.places.iter().enumerate() {
         let label = if index == 0 { "where:   " } else { "         " };
-        lines.push(format!("     {label} {}", place_text(cause.pattern, place)));
+        lines.push(format!("     {label} {place}"));
     }
-    lines.push(format!("     next:     {}", cause.next_step));
+    lines.push(format!("     next:     {}", cause.next));
     lines
 }
 
