@@ -292,8 +292,8 @@ impl Status<'_> {
     fn frame(&self) -> Vec<String> {
         let mut lines = vec![self.summary()];
         lines.push(format!(
-            "{:>8}  {:>10}  {:>13}  COMMAND",
-            "TGID", "RSS", "GROWTH RATE"
+            "{:>8}  {:<6}  {:>10}  {:>13}  COMMAND",
+            "TGID", "ROLE", "RSS", "GROWTH RATE"
         ));
         let mut processes: Vec<&LiveProcess> = self.snapshot.processes.iter().collect();
         processes.sort_by_key(|p| (std::cmp::Reverse(p.rss_bytes), p.tgid));
@@ -303,8 +303,9 @@ impl Status<'_> {
                 .get(&p.id)
                 .map_or_else(|| "-".to_owned(), |&r| format_rate(r));
             lines.push(format!(
-                "{:>8}  {:>10}  {rate:>13}  {}",
+                "{:>8}  {:<6}  {:>10}  {rate:>13}  {}",
                 p.tgid,
+                p.kind.to_string(),
                 format_bytes(p.rss_bytes),
                 p.label
             ));
@@ -339,6 +340,7 @@ mod tests {
 
     use super::*;
     use crate::aggregate::test_support::{leak_stack, native, parse_stack, py, MIB};
+    use crate::aggregate::ProcessKind;
 
     /// A writer whose bytes the test can read after the view took it.
     #[derive(Clone, Default)]
@@ -370,6 +372,7 @@ mod tests {
         LiveProcess {
             id: ProcessId(tgid),
             tgid,
+            kind: ProcessKind::Worker,
             label: format!("python3 worker.py {tgid}"),
             rss_bytes,
         }
@@ -391,7 +394,7 @@ mod tests {
         let first = out.take();
         assert!(first.starts_with(&format!("{CLEAR_BELOW}{WRAP_OFF}memtrace: 2 s, 10 records, 0 dropped; 2 processes, RSS 40.0 MiB\n")), "{first:?}");
         assert!(
-            first.contains("     100    20.0 MiB              -  python3 worker.py 100\n"),
+            first.contains("     100  worker    20.0 MiB              -  python3 worker.py 100\n"),
             "{first:?}"
         );
         assert!(
@@ -416,11 +419,11 @@ mod tests {
             "{second:?}"
         );
         assert!(
-            second.contains("     101    28.0 MiB     +2.0 MiB/s  python3 worker.py 101\n"),
+            second.contains("     101  worker    28.0 MiB     +2.0 MiB/s  python3 worker.py 101\n"),
             "{second:?}"
         );
         assert!(
-            second.contains("     100    20.0 MiB          0 B/s"),
+            second.contains("     100  worker    20.0 MiB          0 B/s"),
             "{second:?}"
         );
 
@@ -503,7 +506,7 @@ mod tests {
         let text = out.take();
         assert!(text.contains("12 processes, RSS 78.0 MiB\n"), "{text:?}");
         assert!(
-            text.contains("      12    12.0 MiB              -"),
+            text.contains("      12  worker    12.0 MiB              -"),
             "{text:?}"
         );
         assert!(!text.contains("python3 worker.py 2\n"), "{text:?}");

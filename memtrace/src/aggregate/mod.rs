@@ -39,8 +39,8 @@ pub use model::{
 };
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{
-    ExactCounters, PathReport, ProcessKind, ProcessReport, PythonPath, Report, RssSummary, RunMeta,
-    SampledBytes, SharingSummary, StackGrowthReport, Totals, Warning, Weight,
+    short_command, ExactCounters, PathReport, ProcessKind, ProcessReport, PythonPath, Report,
+    RssSummary, RunMeta, SampledBytes, SharingSummary, StackGrowthReport, Totals, Warning, Weight,
 };
 pub use stacks::StackId;
 pub use timeline::{RssPoint, MAX_TIMELINE_POINTS};
@@ -49,6 +49,9 @@ use buckets::BucketWidth;
 use paths::PathTable;
 use process::ProcessState;
 pub(crate) use stacks::StackTable;
+
+/// Most characters of a command in the live view.
+const LIVE_COMMAND_CHARS: usize = 48;
 
 /// Sort key of the ranked lists of a report: `bytes` descending, then
 /// process ascending (`None` for lists merged over processes), then frames.
@@ -349,15 +352,18 @@ impl Aggregator {
     /// What the live view shows now: open images with their latest RSS, and
     /// the `top` paths holding the most memory so far.
     pub fn live_snapshot(&self, top: usize) -> LiveSnapshot {
+        let kinds = snapshot::kinds(&self.kind_facts());
         let processes = self
             .processes
             .iter()
+            .zip(kinds)
             .enumerate()
-            .filter(|(_, state)| state.is_open())
-            .map(|(index, state)| LiveProcess {
+            .filter(|(_, (state, _))| state.is_open())
+            .map(|(index, (state, kind))| LiveProcess {
                 id: ProcessId(u32::try_from(index).unwrap_or(u32::MAX)),
                 tgid: state.tgid,
-                label: snapshot::process_label(&state.cmdline),
+                kind,
+                label: short_command(&state.cmdline, LIVE_COMMAND_CHARS),
                 rss_bytes: state.rss_now_bytes(),
             })
             .collect();
@@ -369,6 +375,24 @@ impl Aggregator {
             processes,
             top_paths: LiveSnapshot::top_paths(stacks, top),
         }
+    }
+
+    /// What telling each image's kind needs, in row order.
+    fn kind_facts(&self) -> Vec<snapshot::KindFacts<'_>> {
+        self.processes
+            .iter()
+            .enumerate()
+            .map(|(index, state)| snapshot::KindFacts {
+                id: ProcessId(u32::try_from(index).unwrap_or(u32::MAX)),
+                tgid: state.tgid,
+                parent: state.parent,
+                parent_tgid: state.parent_tgid,
+                role: state.role,
+                image: state.image,
+                exec_after_ns: state.exec_ns.map(|ns| ns.saturating_sub(state.started_ns)),
+                python: state.python.as_ref(),
+            })
+            .collect()
     }
 
     /// Ends the run at `end_ns` and builds the report.

@@ -14,7 +14,10 @@ pub struct LiveProcess {
     pub id: super::ProcessId,
     /// Its tgid.
     pub tgid: u32,
-    /// Short name (`ProcessReport::label` form).
+    /// What it is (master, worker, helper, ...), as the report will say.
+    pub kind: super::ProcessKind,
+    /// Its command line cut from the left ([`super::short_command`]), so the
+    /// script and its arguments stay.
     pub label: String,
     /// Latest RSS reading, in bytes (0 before the first).
     pub rss_bytes: u64,

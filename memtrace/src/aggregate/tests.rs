@@ -583,8 +583,21 @@ fn kinds_tell_masters_workers_children_and_helpers_apart() {
     agg.python_status(fork, python());
     let child = agg.process_exec(fork, 1_000_000, &rss(0, 0), "python3 loadgen.py".to_owned());
     agg.python_status(child, python());
+    let live: Vec<(ProcessId, ProcessKind)> = agg
+        .live_snapshot(0)
+        .processes
+        .iter()
+        .map(|p| (p.id, p.kind))
+        .collect();
     let report = agg.finish(2_000_000_000, meta());
     let kind = |id: ProcessId| report.process(id).unwrap().kind;
+    for (id, live_kind) in live {
+        assert_eq!(
+            live_kind,
+            kind(id),
+            "the live view says what the report says"
+        );
+    }
     assert_eq!(kind(shim), ProcessKind::Helper);
     assert_eq!(kind(subshell), ProcessKind::Helper);
     assert_eq!(kind(master), ProcessKind::Master);

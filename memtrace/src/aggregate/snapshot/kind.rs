@@ -11,7 +11,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::ProcessReport;
-use crate::aggregate::{PythonStatus, Role};
+use crate::aggregate::{ProcessId, PythonStatus, Role};
 
 /// A forked image that exec'd within this long of its fork is the fork of a
 /// subprocess (`subprocess.Popen`, `os.posix_spawn`), not a worker that
@@ -52,35 +52,83 @@ impl fmt::Display for ProcessKind {
     }
 }
 
-/// Sets [`ProcessReport::kind`] of every image of `reports` (a whole run's
-/// images, in any order): helpers first (no Python), then workers (forked
-/// Python images that did not exec), then each root image is a master when a
-/// worker's parent is one of its process's images.
-pub(in crate::aggregate) fn assign(reports: &mut [ProcessReport]) {
-    let python: Vec<bool> = reports.iter().map(|p| runs_python(p, reports)).collect();
-    for (p, is_python) in reports.iter_mut().zip(&python) {
-        p.kind = leaf_kind(p, *is_python);
-    }
-    let worker_parents: HashSet<u32> = reports
-        .iter()
-        .filter(|p| p.kind == ProcessKind::Worker)
-        .filter_map(|p| p.parent_tgid)
-        .collect();
-    for p in reports.iter_mut().filter(|p| p.kind == ProcessKind::Main) {
-        if worker_parents.contains(&p.tgid) {
-            p.kind = ProcessKind::Master;
+/// What telling an image's kind needs of it: the report's row, or the
+/// aggregator's state while tracing runs (the live view).
+pub(in crate::aggregate) struct Facts<'a> {
+    /// Its row.
+    pub(in crate::aggregate) id: ProcessId,
+    /// Its tgid.
+    pub(in crate::aggregate) tgid: u32,
+    /// The image it was forked from.
+    pub(in crate::aggregate) parent: Option<ProcessId>,
+    /// Its parent's tgid.
+    pub(in crate::aggregate) parent_tgid: Option<u32>,
+    /// Traced on request or forked.
+    pub(in crate::aggregate) role: Role,
+    /// 0 for the first image, +1 per execve.
+    pub(in crate::aggregate) image: u32,
+    /// Nanoseconds from its start to the exec that replaced it, if any.
+    pub(in crate::aggregate) exec_after_ns: Option<u64>,
+    /// Its probed Python status, if probed.
+    pub(in crate::aggregate) python: Option<&'a PythonStatus>,
+}
+
+impl<'a> Facts<'a> {
+    /// The facts of a report's row.
+    fn of(p: &'a ProcessReport) -> Self {
+        Self {
+            id: p.id,
+            tgid: p.tgid,
+            parent: p.parent,
+            parent_tgid: p.parent_tgid,
+            role: p.role,
+            image: p.image,
+            exec_after_ns: p.exec_ns.map(|_| p.traced_ns),
+            python: p.python.as_ref(),
         }
     }
 }
 
+/// Sets [`ProcessReport::kind`] of every image of `reports` (a whole run's
+/// images, in any order; see [`kinds`]).
+pub(in crate::aggregate) fn assign(reports: &mut [ProcessReport]) {
+    let kinds = kinds(&reports.iter().map(Facts::of).collect::<Vec<_>>());
+    for (p, kind) in reports.iter_mut().zip(kinds) {
+        p.kind = kind;
+    }
+}
+
+/// The kind of each image of `images` (a whole run's, in any order): helpers
+/// first (no Python), then workers (forked Python images that did not exec),
+/// then each root image is a master when a worker's parent is one of its
+/// process's images.
+pub(in crate::aggregate) fn kinds(images: &[Facts<'_>]) -> Vec<ProcessKind> {
+    let mut kinds: Vec<ProcessKind> = images
+        .iter()
+        .map(|p| leaf_kind(p, runs_python(p, images)))
+        .collect();
+    let worker_parents: HashSet<u32> = images
+        .iter()
+        .zip(&kinds)
+        .filter(|(_, kind)| **kind == ProcessKind::Worker)
+        .filter_map(|(p, _)| p.parent_tgid)
+        .collect();
+    for (p, kind) in images.iter().zip(kinds.iter_mut()) {
+        if *kind == ProcessKind::Main && worker_parents.contains(&p.tgid) {
+            *kind = ProcessKind::Master;
+        }
+    }
+    kinds
+}
+
 /// The kind of `p` before masters are told apart from mains.
-fn leaf_kind(p: &ProcessReport, is_python: bool) -> ProcessKind {
+fn leaf_kind(p: &Facts<'_>, is_python: bool) -> ProcessKind {
     match (p.role, is_python) {
         (_, false) => ProcessKind::Helper,
         (Role::Root, true) => ProcessKind::Main,
         // The fork of a subprocess, soon replaced by its exec: not a worker.
         (Role::Worker, true)
-            if p.image == 0 && p.exec_ns.is_some() && p.traced_ns < PRE_EXEC_NS =>
+            if p.image == 0 && p.exec_after_ns.is_some_and(|ns| ns < PRE_EXEC_NS) =>
         {
             ProcessKind::Helper
         }
@@ -94,15 +142,15 @@ fn leaf_kind(p: &ProcessReport, is_python: bool) -> ProcessKind {
 /// of an image that runs Python. An image after an exec that was never
 /// probed does not count: the short-lived programs a launch shim or a shell
 /// runs (`pyenv`'s bash helpers) are never probed.
-fn runs_python(p: &ProcessReport, reports: &[ProcessReport]) -> bool {
-    match &p.python {
+fn runs_python(p: &Facts<'_>, images: &[Facts<'_>]) -> bool {
+    match p.python {
         Some(PythonStatus::Python { .. } | PythonStatus::Unsupported { .. }) => true,
         Some(PythonStatus::NotPython) => false,
         None => {
             p.image == 0
                 && p.parent
-                    .and_then(|parent| reports.iter().find(|r| r.id == parent))
-                    .is_some_and(|parent| runs_python(parent, reports))
+                    .and_then(|parent| images.iter().find(|r| r.id == parent))
+                    .is_some_and(|parent| runs_python(parent, images))
         }
     }
 }

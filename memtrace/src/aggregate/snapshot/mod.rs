@@ -20,10 +20,10 @@ use super::buckets::INITIAL_PATH_BUCKET_NS;
 use super::stacks::frames_of;
 use super::{rank_key, ExitStatus, Frame, ProcessId, StackId};
 
-pub(super) use kind::assign as assign_kinds;
 pub use kind::ProcessKind;
+pub(super) use kind::{assign as assign_kinds, kinds, Facts as KindFacts};
 pub use paths::{PathReport, SampledBytes, StackGrowthReport, Weight};
-pub(super) use process::process_label;
+pub use process::short_command;
 pub use process::{ExactCounters, ProcessReport, RssSummary, SharingSummary};
 pub use python_paths::PythonPath;
 pub use warning::Warning;
@@ -222,6 +222,7 @@ impl Report {
 
 #[cfg(test)]
 mod tests {
+    use super::process::process_label;
     use super::*;
 
     #[test]

@@ -220,6 +220,37 @@ impl ProcessReport {
     }
 }
 
+/// A command line where space is short (the process table, a finding's
+/// scope, the live view): whitespace collapsed, every word that is a path (holds a `/`
+/// and is not an option) cut to its file name, then, when longer than
+/// `max_chars`, cut from the left (the interpreter goes first, the script
+/// and its arguments stay) behind `…`; `?` when empty. E.g.
+/// `/usr/bin/python3.11 /srv/app/worker.py --jobs 4` reads `python3.11
+/// worker.py --jobs 4`, and in 20 characters `… worker.py --jobs 4`.
+pub fn short_command(cmdline: &str, max_chars: usize) -> String {
+    let mut words: Vec<&str> = cmdline
+        .split_whitespace()
+        .map(|word| match word.rsplit_once('/') {
+            Some((_, name)) if !word.starts_with('-') && !name.is_empty() => name,
+            _ => word,
+        })
+        .collect();
+    if words.is_empty() {
+        return "?".to_owned();
+    }
+    let short = words.join(" ");
+    if short.chars().count() <= max_chars {
+        return short;
+    }
+    while words.len() > 1 && words.join(" ").chars().count() + 2 > max_chars {
+        words.remove(0);
+    }
+    let tail = words.join(" ");
+    let keep = max_chars.saturating_sub(2);
+    let skip = tail.chars().count().saturating_sub(keep);
+    format!("… {}", tail.chars().skip(skip).collect::<String>())
+}
+
 /// Short name of a process: its command line with whitespace collapsed, cut
 /// to 60 characters; `?` when empty.
 pub(crate) fn process_label(cmdline: &str) -> String {
