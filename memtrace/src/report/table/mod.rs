@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{text, verdict, RenderOptions, WrittenFiles};
 use crate::aggregate::{
-    ExitStatus, Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report,
+    ExitStatus, Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, Role,
     RunMeta, SampledBytes, Weight,
 };
 use crate::diagnose::{Diagnosed, Finding};
@@ -251,10 +251,12 @@ fn processes(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 }
 
 /// Whether `p` is a helper (a shell, a launch shim: never runs Python) that
-/// lived under [`BRIEF_HELPER_NS`] and grew under [`BRIEF_HELPER_BYTES`]:
-/// such rows are summed on one line (the JSON has each).
+/// a traced process started (a traced root is always shown), lived under
+/// [`BRIEF_HELPER_NS`] and grew under [`BRIEF_HELPER_BYTES`]: such rows are
+/// summed on one line (the JSON has each).
 fn is_brief_helper(p: &ProcessReport) -> bool {
     p.kind == ProcessKind::Helper
+        && p.role == Role::Worker
         && p.traced_ns < BRIEF_HELPER_NS
         && p.rss
             .is_none_or(|rss| rss.peak_bytes.saturating_sub(rss.start_bytes) < BRIEF_HELPER_BYTES)
