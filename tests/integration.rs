@@ -101,6 +101,18 @@ fn attributes_growth_to_function_on_pyenv_3_12() {
 }
 
 #[test]
+fn attributes_growth_to_function_on_pyenv_3_9() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.9.18", "python3.9")]));
+    check_grow_cache(&python);
+}
+
+#[test]
+fn attributes_growth_to_function_on_pyenv_3_10() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.10.13", "python3.10")]));
+    check_grow_cache(&python);
+}
+
+#[test]
 fn attributes_growth_to_function_on_debian_static_python() {
     let python = require_ebpf!(interpreter(&[PathBuf::from("/usr/bin/python3.11")]));
     check_grow_cache(&python);

@@ -26,7 +26,8 @@ pub struct PyFrame {
     /// Address of the frame's `PyCodeObject` in the traced process.
     pub code_addr: u64,
     /// Index of the current instruction in code units (`_Py_CODEUNIT`, 2
-    /// bytes) from `co_code_adaptive`; -1 when the frame has not started.
+    /// bytes) from `co_code_adaptive` (3.11+), or `PyFrameObject.f_lasti`
+    /// (3.10: code units; 3.9: bytes); -1 when the frame has not started.
     pub instr_index: i32,
     /// `co_firstlineno` read from the code object in BPF: userspace accepts a
     /// cached code object only if this matches (guards against address reuse).
@@ -40,16 +41,19 @@ pub struct PyFrame {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PyOffsets {
     /// `PyThreadState.cframe` (3.11, 3.12), or [`NO_OFFSET`] when the thread
-    /// state points at the current frame directly (3.13+).
+    /// state points at the current frame directly (`frame` on 3.9/3.10,
+    /// `current_frame` on 3.13+).
     pub tstate_cframe: u16,
     /// `_PyCFrame.current_frame` when `tstate_cframe` is set, else
     /// `PyThreadState.current_frame`.
     pub current_frame: u16,
-    /// `_PyInterpreterFrame.f_code` / `f_executable`.
+    /// `_PyInterpreterFrame.f_code` / `f_executable` (`PyFrameObject.f_code`
+    /// on 3.9/3.10).
     pub frame_code: u16,
-    /// `_PyInterpreterFrame.previous`.
+    /// `_PyInterpreterFrame.previous` (`PyFrameObject.f_back` on 3.9/3.10).
     pub frame_previous: u16,
-    /// `_PyInterpreterFrame.prev_instr` / `instr_ptr`.
+    /// `_PyInterpreterFrame.prev_instr` / `instr_ptr`, or the `int`
+    /// `PyFrameObject.f_lasti` when `code_adaptive` is [`NO_OFFSET`].
     pub frame_instr_ptr: u16,
     /// `_PyInterpreterFrame.owner` (u8).
     pub frame_owner: u16,
@@ -58,7 +62,9 @@ pub struct PyOffsets {
     pub owner_skip_min: u16,
     /// `PyCodeObject.co_firstlineno` (i32).
     pub code_firstlineno: u16,
-    /// `PyCodeObject.co_code_adaptive` (= `PyCode_Type.tp_basicsize`).
+    /// `PyCodeObject.co_code_adaptive` (= `PyCode_Type.tp_basicsize`), or
+    /// [`NO_OFFSET`] on 3.9/3.10, whose frames hold `f_lasti` instead of an
+    /// instruction pointer.
     pub code_adaptive: u16,
     /// Always zero.
     pub _pad: [u16; 3],

@@ -3,7 +3,8 @@
 //! `MemoryRecord`, using the per-process `PyProcessInfo` that userspace put
 //! in `PY_PROCESSES`. Method and offsets: shared/notes/python-stacks.md §4-5
 //! (glibc x86-64 TSS slot `fsbase + 0x310 + 16 * key + 8`, then the
-//! `_PyInterpreterFrame` chain through `previous`).
+//! `_PyInterpreterFrame` chain through `previous`, or on 3.9/3.10 the
+//! `PyFrameObject` chain through `f_back`).
 
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user};
 use memtrace_common::{
@@ -117,19 +118,30 @@ fn read_frame(frame: u64, offsets: &PyOffsets) -> Result<PyFrame, ()> {
     // 3.14 tags `f_executable` in its low bits (python-stacks.md §5); code
     // objects are at least 8-byte aligned, so masking is harmless before it.
     let code = read_user::<u64>(frame + u64::from(offsets.frame_code))? & !3;
-    let instr_ptr: u64 = read_user(frame + u64::from(offsets.frame_instr_ptr))?;
     let first_lineno: u32 = read_user(code + u64::from(offsets.code_firstlineno))?;
-    let code_start = code + u64::from(offsets.code_adaptive);
-    // A frame that has not started yet has instr_ptr before co_code_adaptive.
-    let instr_index = if instr_ptr < code_start {
-        -1
-    } else {
-        i32::try_from((instr_ptr - code_start) / 2).unwrap_or(i32::MAX)
-    };
+    let instr_index = instr_index(frame, code, offsets)?;
     Ok(PyFrame {
         code_addr: code,
         instr_index,
         first_lineno,
+    })
+}
+
+/// The frame's instruction index: `f_lasti` of a 3.9/3.10 `PyFrameObject`
+/// (`code_adaptive` is [`NO_OFFSET`]; -1 before the frame starts), else the
+/// code units from `co_code_adaptive` to the instruction pointer.
+#[inline(always)]
+fn instr_index(frame: u64, code: u64, offsets: &PyOffsets) -> Result<i32, ()> {
+    if offsets.code_adaptive == NO_OFFSET {
+        return read_user(frame + u64::from(offsets.frame_instr_ptr));
+    }
+    let instr_ptr: u64 = read_user(frame + u64::from(offsets.frame_instr_ptr))?;
+    let code_start = code + u64::from(offsets.code_adaptive);
+    // A frame that has not started yet has instr_ptr before co_code_adaptive.
+    Ok(if instr_ptr < code_start {
+        -1
+    } else {
+        i32::try_from((instr_ptr - code_start) / 2).unwrap_or(i32::MAX)
     })
 }
 

@@ -21,8 +21,9 @@ use memtrace_common::PyFrame;
 use thiserror::Error;
 
 use super::linetable::{self, LineTableError};
+use super::lnotab;
 use super::mem::{MemError, ProcessMemory, MAX_STRING_BYTES, MAX_TABLE_BYTES};
-use super::offsets::{UnicodeLayout, VersionLayout};
+use super::offsets::{LineFormat, UnicodeLayout, VersionLayout};
 use super::probe::PythonProcess;
 
 /// Where a Python frame was.
@@ -131,6 +132,8 @@ struct CodeObject {
     function: String,
     file: String,
     linetable: Vec<u8>,
+    /// How `linetable` encodes lines.
+    format: LineFormat,
     /// Memo: instruction index → line.
     lines: HashMap<i32, u32>,
 }
@@ -314,6 +317,7 @@ impl CodeObject {
             function: read_str(memory, &layout.unicode, qualname)?,
             file: read_str(memory, &layout.unicode, filename)?,
             linetable: read_bytes(memory, layout, linetable)?,
+            format: code.format,
             lines: HashMap::new(),
         })
     }
@@ -344,7 +348,8 @@ impl CodeObject {
         if let Some(&line) = self.lines.get(&frame.instr_index) {
             return Ok(line);
         }
-        let line = linetable::line_for_index(&self.linetable, self.first_lineno, frame.instr_index)
+        let line = self
+            .decode_line(frame.instr_index)
             .map_err(|source| ResolveError::LineTable {
                 tgid,
                 code_addr: frame.code_addr,
@@ -354,6 +359,17 @@ impl CodeObject {
             .unwrap_or(0);
         self.lines.insert(frame.instr_index, line);
         Ok(line)
+    }
+
+    /// Line of `instr_index` in this code object's table, as its version
+    /// encodes it.
+    fn decode_line(&self, instr_index: i32) -> Result<Option<u32>, LineTableError> {
+        let (table, first) = (&self.linetable, self.first_lineno);
+        match self.format {
+            LineFormat::Lnotab39 => lnotab::line_3_9(table, first, instr_index).map(Some),
+            LineFormat::Linetable310 => lnotab::line_3_10(table, first, instr_index),
+            LineFormat::Locations => linetable::line_for_index(table, first, instr_index),
+        }
     }
 }
 
@@ -637,6 +653,7 @@ time.sleep(60)
             file: "cache.py".to_owned(),
             // code 13, 1 unit, line +2 (svarint 4).
             linetable: vec![0xe8, 4],
+            format: LineFormat::Locations,
             lines: HashMap::new(),
         };
         let mut resolver = FrameResolver::new();
@@ -745,12 +762,14 @@ Outer().run()
             let previous = memory
                 .read_u64(frame + u64::from(offsets.frame_previous))
                 .unwrap();
-            let owner = memory
-                .read_array::<1>(frame + u64::from(offsets.frame_owner))
-                .unwrap()[0];
-            if offsets.owner_skip_min != NO_OFFSET && u16::from(owner) >= offsets.owner_skip_min {
-                frame = previous;
-                continue;
+            if offsets.owner_skip_min != NO_OFFSET {
+                let owner = memory
+                    .read_array::<1>(frame + u64::from(offsets.frame_owner))
+                    .unwrap()[0];
+                if u16::from(owner) >= offsets.owner_skip_min {
+                    frame = previous;
+                    continue;
+                }
             }
             let code = memory
                 .read_u64(frame + u64::from(offsets.frame_code))
@@ -761,11 +780,17 @@ Outer().run()
             let first = memory
                 .read_u32(code + u64::from(offsets.code_firstlineno))
                 .unwrap();
-            let delta = i64::try_from(instr).unwrap()
-                - i64::try_from(code + u64::from(offsets.code_adaptive)).unwrap();
+            let instr_index = if offsets.code_adaptive == NO_OFFSET {
+                // 3.9/3.10: the low half is the `int f_lasti`.
+                i32::from_le_bytes(instr.to_le_bytes()[..4].try_into().unwrap())
+            } else {
+                let delta = i64::try_from(instr).unwrap()
+                    - i64::try_from(code + u64::from(offsets.code_adaptive)).unwrap();
+                i32::try_from(delta / 2).unwrap()
+            };
             frames.push(PyFrame {
                 code_addr: code,
-                instr_index: i32::try_from(delta / 2).unwrap(),
+                instr_index,
                 first_lineno: first,
             });
             frame = previous;
@@ -797,6 +822,16 @@ Outer().run()
             .collect();
         got.reverse();
         assert_eq!(got, output.stack, "{exe}");
+    }
+
+    #[test]
+    fn walks_3_9_shared() {
+        walk_in("~/.pyenv/versions/3.9.18/bin/python3.9");
+    }
+
+    #[test]
+    fn walks_3_10_shared() {
+        walk_in("~/.pyenv/versions/3.10.13/bin/python3.10");
     }
 
     #[test]

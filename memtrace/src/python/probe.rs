@@ -7,7 +7,8 @@
 //! defines `_PyRuntime` (libpython3.X.so for shared builds, the executable
 //! for static builds such as Debian's `/usr/bin/python3.11`), compute its
 //! load bias from its `PT_LOAD` segments and the mapping, read `Py_Version`
-//! through /proc/PID/mem, look the version up in `offsets::LAYOUTS`, and read
+//! through /proc/PID/mem (3.9 and 3.10 have none: their version comes from
+//! the file name and `.rodata`, see `version`), look the version up in `offsets::LAYOUTS`, and read
 //! the pthread TSS key of `_PyRuntime.autoTSSkey`.
 
 use std::collections::HashSet;
@@ -17,12 +18,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use memtrace_common::PyProcessInfo;
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use procfs::process::{MMapPath, MemoryMap};
 use thiserror::Error;
 
 use super::mem::{MemError, ProcessMemory};
 use super::offsets::{self, VersionLayout};
+use super::version;
 
 /// The glibc x86-64 fast path the BPF program uses reads only the first
 /// level of thread-specific data (`struct pthread.specific_1stblock`), which
@@ -52,6 +54,15 @@ impl PythonVersion {
             minor,
             micro,
         }
+    }
+}
+
+impl PythonVersion {
+    /// Encodes as `PY_VERSION_HEX` of a final release (level `0xf`, serial
+    /// 0), for versions found without `Py_Version`.
+    #[must_use]
+    pub fn to_hex(self) -> u32 {
+        u32::from_be_bytes([self.major, self.minor, self.micro, 0xf0])
     }
 }
 
@@ -136,8 +147,9 @@ pub enum ProbeError {
         /// The file.
         binary: PathBuf,
     },
-    /// `_PyRuntime` is defined but `Py_Version` is not: CPython before 3.11.
-    #[error("`{binary}` defines _PyRuntime but not Py_Version, so it is CPython 3.10 or older; supported versions: {supported}")]
+    /// `_PyRuntime` is defined but `Py_Version` is not (CPython before 3.11)
+    /// and the file name does not say the version either.
+    #[error("`{binary}` defines _PyRuntime but neither Py_Version nor its file name (pythonM.N) gives its version; supported versions: {supported}")]
     NoVersionSymbol {
         /// The file.
         binary: PathBuf,
@@ -198,6 +210,9 @@ pub fn probe(tgid: u32) -> Result<Probe, ProbeError> {
 struct RuntimeSymbols {
     runtime_addr: u64,
     version_addr: Option<u64>,
+    /// The version from the file name and `.rodata` when `Py_Version` is
+    /// absent (3.10 and older).
+    name_version: Option<PythonVersion>,
 }
 
 /// Files that may hold `_PyRuntime`: the executable, then every mapped file
@@ -251,6 +266,13 @@ fn find_runtime(
     let Some(runtime) = runtime else {
         return Ok(None);
     };
+    let name_version = if version.is_none() {
+        let rodata = elf.section_by_name(".rodata");
+        let rodata = rodata.as_ref().and_then(|s| s.data().ok()).unwrap_or(&[]);
+        version::from_binary(path, rodata)
+    } else {
+        None
+    };
     let bias = load_bias(&elf, maps, path).ok_or_else(|| ProbeError::NoLoadBias {
         tgid,
         binary: path.to_owned(),
@@ -258,6 +280,7 @@ fn find_runtime(
     Ok(Some(RuntimeSymbols {
         runtime_addr: runtime.wrapping_add(bias),
         version_addr: version.map(|addr| addr.wrapping_add(bias)),
+        name_version,
     }))
 }
 
@@ -319,16 +342,19 @@ fn load_bias<'data, R: object::ReadRef<'data>>(
 
 /// Reads the version and the TSS key once `_PyRuntime` is located.
 fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<Probe, ProbeError> {
-    let Some(version_addr) = symbols.version_addr else {
-        return Err(ProbeError::NoVersionSymbol {
-            binary,
-            supported: offsets::supported_versions(),
-        });
-    };
     let memory = ProcessMemory::open(tgid).map_err(|source| memory_error(tgid, source))?;
-    let version_hex = memory
-        .read_u32(version_addr)
-        .map_err(|source| memory_error(tgid, source))?;
+    let version_hex = match (symbols.version_addr, symbols.name_version) {
+        (Some(addr), _) => memory
+            .read_u32(addr)
+            .map_err(|source| memory_error(tgid, source))?,
+        (None, Some(version)) => version.to_hex(),
+        (None, None) => {
+            return Err(ProbeError::NoVersionSymbol {
+                binary,
+                supported: offsets::supported_versions(),
+            })
+        }
+    };
     let version = PythonVersion::from_hex(version_hex);
     let Some(layout) = offsets::layout(version.major, version.minor) else {
         return Err(ProbeError::UnsupportedVersion {
@@ -472,16 +498,36 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn rejects_python_3_10() {
-        let Some(interp) = spawn("~/.pyenv/versions/3.10.13/bin/python3.10", SLEEP) else {
+    fn probes_pyenv_3_9_shared() {
+        probe_python(
+            "~/.pyenv/versions/3.9.18/bin/python3.9",
+            "3.9.18",
+            "libpython3.9.so.1.0",
+        );
+    }
+
+    #[test]
+    fn probes_pyenv_3_10_shared() {
+        probe_python(
+            "~/.pyenv/versions/3.10.13/bin/python3.10",
+            "3.10.13",
+            "libpython3.10.so.1.0",
+        );
+    }
+
+    #[test]
+    fn rejects_python_3_8() {
+        let Some(interp) = spawn("~/.pyenv/versions/3.8.18/bin/python3.8", SLEEP) else {
             return;
         };
         let error = probe(interp.child.id()).unwrap_err();
         assert!(
-            matches!(error, ProbeError::NoVersionSymbol { .. }),
+            matches!(error, ProbeError::UnsupportedVersion { .. }),
             "{error}"
         );
-        assert!(error.to_string().contains("3.11, 3.12, 3.13"), "{error}");
+        let message = error.to_string();
+        assert!(message.contains("python 3.8.18"), "{message}");
+        assert!(message.contains("3.9, 3.10, 3.11, 3.12, 3.13"), "{message}");
     }
 
     #[test]
@@ -501,6 +547,7 @@ pub(crate) mod tests {
     fn version_hex_decodes() {
         let version = PythonVersion::from_hex(0x030b_07f0);
         assert_eq!(version.to_string(), "3.11.7");
+        assert_eq!(version.to_hex(), 0x030b_07f0);
         assert_eq!(PythonVersion::from_hex(0x030c_01f0).minor, 12);
     }
 }
