@@ -118,6 +118,55 @@ fn attributes_growth_to_function_on_debian_static_python() {
     check_grow_cache(&python);
 }
 
+/// exec_class_table.py's class bodies (built by `exec` from source with an
+/// empty file name) must keep their `GeneratedTable` frame under the exec'd
+/// `<module>`, both shown in file `<string>`.
+fn check_exec_class_bodies(python: &Path) {
+    let trace = trace_script(python, "exec_class_table.py", &[]);
+    let mut under_build = 0.0;
+    let mut as_class_body = 0.0;
+    for path in trace.paths() {
+        let stack = path["stack"].as_u64().expect("path has a stack id");
+        let frames: Vec<(String, String)> = trace.report["stacks"][stack as usize]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| Some((f["function"].as_str()?.into(), f["file"].as_str()?.into())))
+            .collect();
+        let Some(build) = frames.iter().position(|(name, _)| name == "build_tables") else {
+            continue;
+        };
+        let bytes = path["bytes"]["growth_bytes"].as_f64().unwrap();
+        under_build += bytes;
+        let string = "<string>".to_owned();
+        let expected = [
+            ("<module>".to_owned(), string.clone()),
+            ("GeneratedTable".to_owned(), string),
+        ];
+        if frames[build + 1..] == expected {
+            as_class_body += bytes;
+        }
+    }
+    assert!(
+        under_build > 0.0 && as_class_body / under_build > 0.9,
+        "only {as_class_body} of {under_build} bytes under build_tables are in \
+         GeneratedTable (<string>) under <module> (<string>)\n{}",
+        trace.stdout()
+    );
+}
+
+#[test]
+fn keeps_exec_class_bodies_on_pyenv_3_10() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.10.13", "python3.10")]));
+    check_exec_class_bodies(&python);
+}
+
+#[test]
+fn keeps_exec_class_bodies_on_pyenv_3_12() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.12.1", "python3.12")]));
+    check_exec_class_bodies(&python);
+}
+
 #[test]
 fn names_the_one_leaking_worker() {
     let python = require_ebpf!(python_3_11());

@@ -29,9 +29,29 @@ pub struct PyFrame {
     /// bytes) from `co_code_adaptive` (3.11+), or `PyFrameObject.f_lasti`
     /// (3.10: code units; 3.9: bytes); -1 when the frame has not started.
     pub instr_index: i32,
-    /// `co_firstlineno` read from the code object in BPF: userspace accepts a
-    /// cached code object only if this matches (guards against address reuse).
-    pub first_lineno: u32,
+    /// [`code_fingerprint`] of the code object's `co_firstlineno` and name
+    /// pointer, read in BPF: userspace accepts a cached code object only if
+    /// this matches (guards against address reuse).
+    pub fingerprint: u32,
+}
+
+/// Bits of `co_firstlineno` kept in a [`code_fingerprint`].
+const FINGERPRINT_LINE_BITS: u32 = 20;
+
+/// The fingerprint of a code object, from its `co_firstlineno` (low 20
+/// bits) and the address of its name str (`co_qualname` on 3.11+,
+/// `co_name` before; address bits 3..15, so names less than 32 KiB apart
+/// always differ). The line alone did
+/// not tell apart code objects compiled from one source: an `exec`'d
+/// module's `<module>` and its class body `GeneratedTable` both start at line
+/// 1, and once freed each one's address was reused by the other's next copy.
+#[inline(always)]
+#[must_use]
+pub const fn code_fingerprint(first_lineno: u32, name_addr: u64) -> u32 {
+    // str objects are 8-byte aligned: the low 3 bits are always 0.
+    let name_bits = ((name_addr >> 3) & 0xfff) as u32;
+    let line = first_lineno & ((1 << FINGERPRINT_LINE_BITS) - 1);
+    line | (name_bits << FINGERPRINT_LINE_BITS)
 }
 
 /// Offsets (bytes) into CPython's internal structs that the BPF frame walk
@@ -66,8 +86,11 @@ pub struct PyOffsets {
     /// [`NO_OFFSET`] on 3.9/3.10, whose frames hold `f_lasti` instead of an
     /// instruction pointer.
     pub code_adaptive: u16,
+    /// `PyCodeObject.co_qualname` (3.11+) or `co_name` (3.9/3.10): the
+    /// pointer that goes into [`code_fingerprint`].
+    pub code_name: u16,
     /// Always zero.
-    pub _pad: [u16; 3],
+    pub _pad: [u16; 2],
 }
 
 /// "No such field" in [`PyOffsets`].

@@ -8,8 +8,8 @@
 
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user};
 use memtrace_common::{
-    PyFrame, PyOffsets, MAX_FRAMES, NO_OFFSET, STACK_NO_PYTHON, STACK_NO_THREAD_STATE,
-    STACK_READ_ERROR, STACK_TRUNCATED,
+    code_fingerprint, PyFrame, PyOffsets, MAX_FRAMES, NO_OFFSET, STACK_NO_PYTHON,
+    STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_TRUNCATED,
 };
 
 use crate::maps::{PY_PROCESSES, TASK_FSBASE_OFFSET};
@@ -119,11 +119,12 @@ fn read_frame(frame: u64, offsets: &PyOffsets) -> Result<PyFrame, ()> {
     // objects are at least 8-byte aligned, so masking is harmless before it.
     let code = read_user::<u64>(frame + u64::from(offsets.frame_code))? & !3;
     let first_lineno: u32 = read_user(code + u64::from(offsets.code_firstlineno))?;
+    let name: u64 = read_user(code + u64::from(offsets.code_name))?;
     let instr_index = instr_index(frame, code, offsets)?;
     Ok(PyFrame {
         code_addr: code,
         instr_index,
-        first_lineno,
+        fingerprint: code_fingerprint(first_lineno, name),
     })
 }
 

@@ -17,7 +17,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use memtrace_common::PyFrame;
+use memtrace_common::{code_fingerprint, PyFrame};
 use thiserror::Error;
 
 use super::linetable::{self, LineTableError};
@@ -68,18 +68,19 @@ pub enum ResolveError {
         /// The process.
         tgid: u32,
     },
-    /// The code object's `co_firstlineno` differs from the one BPF read: the
-    /// address now holds another code object (or garbage).
-    #[error("code object {code_addr:#x} of process {tgid} has first line {found}, the frame said {expected}")]
+    /// The code object's fingerprint (`co_firstlineno` and name pointer,
+    /// `memtrace_common::code_fingerprint`) differs from the one BPF read:
+    /// the address now holds another code object (or garbage).
+    #[error("code object {code_addr:#x} of process {tgid} has fingerprint {found:#x}, the frame said {expected:#x}")]
     FingerprintMismatch {
         /// The process.
         tgid: u32,
         /// The code object.
         code_addr: u64,
-        /// `first_lineno` from the BPF frame.
+        /// The fingerprint of the BPF frame.
         expected: u32,
-        /// `co_firstlineno` read now.
-        found: i32,
+        /// The fingerprint of the code object read now.
+        found: u32,
     },
     /// A str object that is not a compact str of kind 1, 2 or 4.
     #[error("object {addr:#x} of process {tgid} is not a compact str (state {state:#x})")]
@@ -129,6 +130,9 @@ struct Registered {
 #[derive(Clone, Debug)]
 struct CodeObject {
     first_lineno: i32,
+    /// Address of the name str (`co_qualname`, or `co_name` on 3.9/3.10),
+    /// part of the fingerprint.
+    name_addr: u64,
     function: String,
     file: String,
     linetable: Vec<u8>,
@@ -314,18 +318,23 @@ impl CodeObject {
         let linetable = pointer(code.linetable);
         Ok(Self {
             first_lineno,
+            name_addr: qualname,
             function: read_str(memory, &layout.unicode, qualname)?,
-            file: read_str(memory, &layout.unicode, filename)?,
+            file: display_file(read_str(memory, &layout.unicode, filename)?),
             linetable: read_bytes(memory, layout, linetable)?,
             format: code.format,
             lines: HashMap::new(),
         })
     }
 
-    /// Whether this code object's `co_firstlineno` is the frame's
-    /// fingerprint.
+    /// The fingerprint BPF computes for this code object.
+    fn fingerprint(&self) -> u32 {
+        code_fingerprint(self.first_lineno.cast_unsigned(), self.name_addr)
+    }
+
+    /// Whether this code object's fingerprint is the frame's.
     fn matches(&self, frame: &PyFrame) -> bool {
-        i64::from(self.first_lineno) == i64::from(frame.first_lineno)
+        self.fingerprint() == frame.fingerprint
     }
 
     /// Accepts the code object only if it [`matches`](Self::matches) the
@@ -337,8 +346,8 @@ impl CodeObject {
             Err(ResolveError::FingerprintMismatch {
                 tgid,
                 code_addr: frame.code_addr,
-                expected: frame.first_lineno,
-                found: self.first_lineno,
+                expected: frame.fingerprint,
+                found: self.fingerprint(),
             })
         }
     }
@@ -372,6 +381,20 @@ impl CodeObject {
         }
     }
 }
+
+/// The file name to show for `co_filename`: `<string>` for an empty one
+/// (`compile(source, "", "exec")`), which would otherwise print as `(:2)`;
+/// `<string>` is what `exec` and `compile` name code given no file.
+fn display_file(file: String) -> String {
+    if file.is_empty() {
+        EMPTY_FILE_NAME.to_owned()
+    } else {
+        file
+    }
+}
+
+/// [`display_file`] of an empty file name.
+const EMPTY_FILE_NAME: &str = "<string>";
 
 /// The `N` bytes at `offset` of `bytes`, if in range.
 fn field<const N: usize>(bytes: &[u8], offset: u64) -> Option<[u8; N]> {
@@ -478,7 +501,7 @@ def plain():
 def describe(c):
     pos = [p[0] for p in c.co_positions()]
     idx = max(i for i, l in enumerate(pos) if l is not None)
-    return {"addr": id(c), "first": c.co_firstlineno, "qualname": c.co_qualname,
+    return {"addr": id(c), "first": c.co_firstlineno, "qualname": c.co_qualname, "name": id(c.co_qualname),
             "file": c.co_filename, "index": idx, "line": pos[idx]}
 codes = [plain.__code__, ns["café"].__code__, ns["Klass"].__dict__["函数"].__code__]
 if FORK and os.fork() == 0:
@@ -497,6 +520,7 @@ time.sleep(60)
         addr: u64,
         first: u32,
         qualname: String,
+        name: u64,
         file: String,
         index: i32,
         line: u32,
@@ -512,7 +536,7 @@ time.sleep(60)
         PyFrame {
             code_addr: code.addr,
             instr_index,
-            first_lineno: code.first,
+            fingerprint: code_fingerprint(code.first, code.name),
         }
     }
 
@@ -542,7 +566,7 @@ time.sleep(60)
             assert_eq!(running.line, code.line, "{}", code.qualname);
             assert_ne!(code.line, code.first, "{}", code.qualname);
             let stale = PyFrame {
-                first_lineno: code.first + 1,
+                fingerprint: code_fingerprint(code.first + 1, code.name),
                 ..frame(code, 0)
             };
             assert!(matches!(
@@ -645,10 +669,14 @@ time.sleep(60)
     /// A forked child takes a code object from its parent's cache when the
     /// fingerprint matches, without reading memory (none is open here), and
     /// caches it itself; a mismatching cached object is not taken.
+    /// Address of the name str of the cached code objects below.
+    const NAME: u64 = 0x7f00_1234_5678;
+
     #[test]
     fn child_uses_the_parent_cache_when_the_fingerprint_matches() {
         let code = CodeObject {
             first_lineno: 10,
+            name_addr: NAME,
             function: "Cache.put".to_owned(),
             file: "cache.py".to_owned(),
             // code 13, 1 unit, line +2 (svarint 4).
@@ -668,7 +696,7 @@ time.sleep(60)
         let frame = PyFrame {
             code_addr: 0x1000,
             instr_index: 0,
-            first_lineno: 10,
+            fingerprint: code_fingerprint(10, NAME),
         };
         let expected = PyLocation {
             function: "Cache.put".to_owned(),
@@ -679,7 +707,7 @@ time.sleep(60)
         assert!(resolver.processes[&3].codes.contains_key(&0x1000));
         assert!(!resolver.processes[&2].codes.contains_key(&0x1000));
         let stale = PyFrame {
-            first_lineno: 11,
+            fingerprint: code_fingerprint(11, NAME),
             ..frame
         };
         assert!(matches!(
@@ -692,6 +720,66 @@ time.sleep(60)
         ));
         // A failed resolve leaves the process registered.
         assert_eq!(resolver.resolve(2, &frame).unwrap(), expected);
+    }
+
+    /// An exec'd module's `<module>` and its class body both start at line
+    /// 1: once one is freed and the other's next copy takes its address, the
+    /// cached one must not be taken for it (it was, with the line alone as
+    /// fingerprint: `<module>` instead of `GeneratedTable`).
+    #[test]
+    fn same_first_line_other_name_is_not_a_cache_hit() {
+        let module = CodeObject {
+            first_lineno: 1,
+            name_addr: NAME,
+            function: "<module>".to_owned(),
+            file: display_file(String::new()),
+            linetable: vec![0xe8, 4],
+            format: LineFormat::Locations,
+            lines: HashMap::new(),
+        };
+        let mut resolver = FrameResolver::new();
+        let codes = HashMap::from([(0x1000, module)]);
+        resolver.processes.insert(1, unreadable(None, codes));
+        let class_body = PyFrame {
+            code_addr: 0x1000,
+            instr_index: 0,
+            fingerprint: code_fingerprint(1, NAME + 0x40),
+        };
+        assert!(matches!(
+            resolver.resolve(1, &class_body),
+            Err(ResolveError::NoMemory { tgid: 1 })
+        ));
+        let module_frame = PyFrame {
+            fingerprint: code_fingerprint(1, NAME),
+            ..class_body
+        };
+        let location = resolver.resolve(1, &module_frame).unwrap();
+        assert_eq!(
+            (
+                location.function.as_str(),
+                location.file.as_str(),
+                location.line
+            ),
+            ("<module>", "<string>", 3)
+        );
+    }
+
+    #[test]
+    fn fingerprints_differ_by_line_and_by_name() {
+        let base = code_fingerprint(1, NAME);
+        assert_ne!(base, code_fingerprint(2, NAME));
+        // Any two distinct 8-byte-aligned names within 32 KiB differ.
+        for step in 1..4096 {
+            assert_ne!(base, code_fingerprint(1, NAME + 8 * step), "{step}");
+        }
+        assert_eq!(code_fingerprint(1 << 20, 0), 0);
+    }
+
+    #[test]
+    fn empty_file_names_show_as_string() {
+        assert_eq!(display_file(String::new()), "<string>");
+        assert_eq!(display_file("app.py".to_owned()), "app.py");
+        assert_eq!(display_file("<string>".to_owned()), "<string>");
     }
 
     #[test]
@@ -780,6 +868,9 @@ Outer().run()
             let first = memory
                 .read_u32(code + u64::from(offsets.code_firstlineno))
                 .unwrap();
+            let name = memory
+                .read_u64(code + u64::from(offsets.code_name))
+                .unwrap();
             let instr_index = if offsets.code_adaptive == NO_OFFSET {
                 // 3.9/3.10: the low half is the `int f_lasti`.
                 i32::from_le_bytes(instr.to_le_bytes()[..4].try_into().unwrap())
@@ -791,7 +882,7 @@ Outer().run()
             frames.push(PyFrame {
                 code_addr: code,
                 instr_index,
-                first_lineno: first,
+                fingerprint: code_fingerprint(first, name),
             });
             frame = previous;
         }

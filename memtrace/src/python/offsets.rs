@@ -135,7 +135,8 @@ const WALK_FRAME_OBJECTS: PyOffsets = PyOffsets {
     owner_skip_min: NO_OFFSET,
     code_firstlineno: 40,
     code_adaptive: NO_OFFSET,
-    _pad: [0; 3],
+    code_name: 112,
+    _pad: [0; 2],
 };
 
 /// `PyBytesObject`: `PyObject_VAR_HEAD` (refcount, type, size) then data.
@@ -209,7 +210,8 @@ pub const LAYOUTS: &[VersionLayout] = &[
             owner_skip_min: NO_OFFSET,
             code_firstlineno: 72,
             code_adaptive: 184,
-            _pad: [0; 3],
+            code_name: 128,
+            _pad: [0; 2],
         },
         runtime_tss_key: 596,
         code: CODE,
@@ -234,7 +236,8 @@ pub const LAYOUTS: &[VersionLayout] = &[
             owner_skip_min: 3,
             code_firstlineno: 68,
             code_adaptive: 192,
-            _pad: [0; 3],
+            code_name: 128,
+            _pad: [0; 2],
         },
         runtime_tss_key: 1548,
         code: CODE,
@@ -259,7 +262,8 @@ pub const LAYOUTS: &[VersionLayout] = &[
             owner_skip_min: 3,
             code_firstlineno: 68,
             code_adaptive: 200,
-            _pad: [0; 3],
+            code_name: 128,
+            _pad: [0; 2],
         },
         runtime_tss_key: 2164,
         code: CODE,
@@ -297,6 +301,13 @@ mod tests {
             for b in &LAYOUTS[i + 1..] {
                 assert!((a.major, a.minor) != (b.major, b.minor));
             }
+        }
+    }
+
+    #[test]
+    fn the_walk_fingerprints_the_name_userspace_reads() {
+        for layout in LAYOUTS {
+            assert_eq!(u64::from(layout.walk.code_name), layout.code.qualname);
         }
     }
 
