@@ -8,7 +8,9 @@
 //! for static builds such as Debian's `/usr/bin/python3.11`), compute its
 //! load bias from its `PT_LOAD` segments and the mapping, read `Py_Version`
 //! through /proc/PID/mem (3.9 and 3.10 have none: their version comes from
-//! the file name and `.rodata`, see `version`), look the version up in `offsets::LAYOUTS`, and read
+//! the file name and `.rodata`, see `version`), refuse free-threaded builds,
+//! check 3.13+'s `_Py_DebugOffsets` against the table (`debug_offsets`),
+//! look the version up in `offsets::LAYOUTS`, and read
 //! the pthread TSS key of `_PyRuntime.autoTSSkey`.
 
 use std::collections::HashSet;
@@ -22,6 +24,7 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use procfs::process::{MMapPath, MemoryMap};
 use thiserror::Error;
 
+use super::debug_offsets::{self, DEBUG_OFFSETS_3_13_BYTES};
 use super::mem::{MemError, ProcessMemory};
 use super::offsets::{self, VersionLayout};
 use super::version;
@@ -80,6 +83,8 @@ pub struct PythonProcess {
     /// The mapped file that defines `_PyRuntime` (libpython or the
     /// executable), as named in /proc/PID/maps.
     pub binary: PathBuf,
+    /// Address of `_PyRuntime` in the process.
+    pub runtime_addr: u64,
     /// What the BPF frame walk needs (the `PY_PROCESSES` map value).
     pub info: PyProcessInfo,
     /// Struct layouts of this version, for userspace reads.
@@ -165,6 +170,55 @@ pub enum ProbeError {
         binary: PathBuf,
         /// The supported versions.
         supported: String,
+    },
+    /// A 3.13+ `_PyRuntime` does not start with `_Py_DebugOffsets`.
+    #[error("CPython {version} (`{binary}`): _PyRuntime does not start with the _Py_DebugOffsets cookie \"xdebugpy\"; stacks off")]
+    NoDebugOffsets {
+        /// The version from `Py_Version`.
+        version: PythonVersion,
+        /// The file.
+        binary: PathBuf,
+    },
+    /// `_Py_DebugOffsets.version` is not `Py_Version`.
+    #[error("CPython {version} (`{binary}`): its _Py_DebugOffsets describes version {found:#x}; stacks off")]
+    DebugOffsetsVersion {
+        /// The version from `Py_Version`.
+        version: PythonVersion,
+        /// The file.
+        binary: PathBuf,
+        /// `_Py_DebugOffsets.version`.
+        found: u64,
+    },
+    /// A free-threaded (`Py_GIL_DISABLED`, PEP 703) build: its object
+    /// headers and frames differ from the table's GIL builds.
+    #[error("CPython {version} (`{binary}`) is a free-threaded build (Py_GIL_DISABLED): stacks off, only GIL builds are supported")]
+    FreeThreaded {
+        /// The version.
+        version: PythonVersion,
+        /// The file.
+        binary: PathBuf,
+    },
+    /// A 3.13+ minor version that memtrace's table does not hold.
+    #[error("CPython {}.{}: offsets not in memtrace's table; stacks off (`{binary}`, version {version}; supported versions: {supported})", version.major, version.minor)]
+    OffsetsNotInTable {
+        /// The version.
+        version: PythonVersion,
+        /// The file.
+        binary: PathBuf,
+        /// The supported versions.
+        supported: String,
+    },
+    /// `_Py_DebugOffsets` disagrees with memtrace's table.
+    #[error("CPython {version}: _Py_DebugOffsets.{field} is {}, memtrace's table says {table}; stacks off", found.map_or_else(|| "unreadable".to_owned(), |v| v.to_string()))]
+    DebugOffsetsMismatch {
+        /// The version.
+        version: PythonVersion,
+        /// The field, e.g. `interpreter_frame.instr_ptr`.
+        field: &'static str,
+        /// Its value in the process (`None`: past the bytes read).
+        found: Option<u64>,
+        /// The table's value.
+        table: u64,
     },
     /// Reading the process's memory failed.
     #[error("cannot read python runtime state of process {tgid}: {source}")]
@@ -356,7 +410,19 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
         }
     };
     let version = PythonVersion::from_hex(version_hex);
-    let Some(layout) = offsets::layout(version.major, version.minor) else {
+    let free_threaded_name = version::from_file_name(&binary).is_some_and(|n| n.free_threaded);
+    if free_threaded_name {
+        return Err(ProbeError::FreeThreaded { version, binary });
+    }
+    let layout = if (version.major, version.minor) >= (3, 13) {
+        let debug = memory
+            .read_array::<DEBUG_OFFSETS_3_13_BYTES>(symbols.runtime_addr)
+            .map_err(|source| memory_error(tgid, source))?;
+        Some(debug_offsets::check(&debug, version_hex, &binary)?)
+    } else {
+        offsets::layout(version.major, version.minor)
+    };
+    let Some(layout) = layout else {
         return Err(ProbeError::UnsupportedVersion {
             version,
             binary,
@@ -380,6 +446,7 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
     Ok(Probe::Python(PythonProcess {
         version,
         binary,
+        runtime_addr: symbols.runtime_addr,
         info: PyProcessInfo {
             version_hex,
             tss_key,
