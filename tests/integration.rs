@@ -167,6 +167,63 @@ fn keeps_exec_class_bodies_on_pyenv_3_12() {
     check_exec_class_bodies(&python);
 }
 
+/// subinterpreter_grow.py: growth inside `run_string` code is
+/// `grow_in_sub`'s (under the sub-interpreter marker), not the caller
+/// `run_in_subinterpreter`'s; the main interpreter's growth is unmarked.
+fn check_subinterpreter(python: &Path) {
+    let trace = trace_script(python, "subinterpreter_grow.py", &[]);
+    let (mut sub, mut main, mut caller) = (0.0, 0.0, 0.0);
+    for path in trace.paths() {
+        let stack = path["stack"].as_u64().expect("path has a stack id");
+        let frames = trace.report["stacks"][stack as usize]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let marked = frames.first().and_then(|f| f["reason"].as_str())
+            == Some("in a sub-interpreter; its caller in the main interpreter not shown");
+        let names = trace.functions(path);
+        let bytes = path["bytes"]["growth_bytes"].as_f64().unwrap();
+        if names.iter().any(|n| n == "grow_in_sub") {
+            assert!(marked, "unmarked sub-interpreter path {frames:?}");
+            sub += bytes;
+        } else if names.iter().any(|n| n == "grow_in_main") {
+            assert!(!marked, "main-interpreter path marked {frames:?}");
+            main += bytes;
+        } else if names.last().is_some_and(|n| n == "run_in_subinterpreter") {
+            caller += bytes;
+        }
+    }
+    assert!(
+        main > 0.0 && sub / main > 0.6 && caller < 0.1 * sub,
+        "grow_in_sub {sub}, grow_in_main {main}, run_in_subinterpreter {caller}\n{}",
+        trace.stdout()
+    );
+}
+
+#[test]
+fn attributes_subinterpreter_growth_on_pyenv_3_10() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.10.13", "python3.10")]));
+    check_subinterpreter(&python);
+}
+
+#[test]
+fn attributes_subinterpreter_growth_on_pyenv_3_11() {
+    let python = require_ebpf!(python_3_11());
+    check_subinterpreter(&python);
+}
+
+#[test]
+fn attributes_subinterpreter_growth_on_pyenv_3_12() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.12.1", "python3.12")]));
+    check_subinterpreter(&python);
+}
+
+#[test]
+fn attributes_subinterpreter_growth_on_pyenv_3_13() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.13.0", "python3.13")]));
+    check_subinterpreter(&python);
+}
+
 #[test]
 fn names_the_one_leaking_worker() {
     let python = require_ebpf!(python_3_11());

@@ -17,6 +17,10 @@ pub const STACK_NO_PYTHON: u32 = 1 << 2;
 /// Bit: the thread has no Python thread state (a native thread, or Python
 /// not initialised yet).
 pub const STACK_NO_THREAD_STATE: u32 = 1 << 3;
+/// Bit: the thread was running a sub-interpreter (its thread state's
+/// interpreter is not the main one): the frames are that interpreter's, and
+/// the main-interpreter frames that called into it are not included.
+pub const STACK_SUBINTERPRETER: u32 = 1 << 4;
 
 /// One Python frame as read in BPF, innermost first in
 /// [`crate::MemoryRecord::frames`].
@@ -89,8 +93,13 @@ pub struct PyOffsets {
     /// `PyCodeObject.co_qualname` (3.11+) or `co_name` (3.9/3.10): the
     /// pointer that goes into [`code_fingerprint`].
     pub code_name: u16,
-    /// Always zero.
-    pub _pad: [u16; 2],
+    /// `PyThreadState.interp`: compared with
+    /// [`PyProcessInfo::main_interp`] to flag [`STACK_SUBINTERPRETER`].
+    pub tstate_interp: u16,
+    /// `PyThreadState.thread_id` (`pthread_self()`, which is the thread's
+    /// fsbase on glibc x86-64) on versions with
+    /// [`PyProcessInfo::tstate_current_addr`]; [`NO_OFFSET`] otherwise.
+    pub tstate_thread_id: u16,
 }
 
 /// "No such field" in [`PyOffsets`].
@@ -109,10 +118,19 @@ pub struct PyProcessInfo {
     pub tss_key: u32,
     /// Struct offsets for this version.
     pub offsets: PyOffsets,
+    /// `_PyRuntime.interpreters.main`: the main interpreter's
+    /// `PyInterpreterState *` (0: unknown, nothing is flagged).
+    pub main_interp: u64,
+    /// Address of `_PyRuntime.gilstate.tstate_current` (3.9–3.11; 0 on
+    /// 3.12+): the thread state holding the GIL. On these versions a thread
+    /// that runs a sub-interpreter (`_xxsubinterpreters.run_string`) swaps
+    /// its thread state in there but keeps the main interpreter's in its TSS
+    /// slot; 3.12+ moves the TSS slot along (`tstate_activate` rebinds it).
+    pub tstate_current_addr: u64,
 }
 
 const _: () = {
     assert!(core::mem::size_of::<PyFrame>() == 16);
     assert!(core::mem::size_of::<PyOffsets>() == 24);
-    assert!(core::mem::size_of::<PyProcessInfo>() == 32);
+    assert!(core::mem::size_of::<PyProcessInfo>() == 48);
 };

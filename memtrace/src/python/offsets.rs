@@ -84,6 +84,12 @@ pub struct VersionLayout {
     /// (Include/internal/pycore_runtime.h; `gilstate.autoTSSkey` on 3.11).
     /// `Py_tss_t._is_initialized` (`int`) is the 4 bytes before it.
     pub runtime_tss_key: u64,
+    /// Offset in `_PyRuntime` of `interpreters.main`
+    /// (`PyInterpreterState *`; Include/internal/pycore_runtime.h).
+    pub runtime_main_interp: u64,
+    /// Offset in `_PyRuntime` of `gilstate.tstate_current`
+    /// (`PyThreadState *`, 3.9–3.11; removed in 3.12).
+    pub runtime_tstate_current: Option<u64>,
     /// Code-object fields read in userspace (`co_firstlineno` is
     /// `walk.code_firstlineno`, read by both halves).
     pub code: CodeLayout,
@@ -136,7 +142,8 @@ const WALK_FRAME_OBJECTS: PyOffsets = PyOffsets {
     code_firstlineno: 40,
     code_adaptive: NO_OFFSET,
     code_name: 112,
-    _pad: [0; 2],
+    tstate_interp: 16,
+    tstate_thread_id: 176,
 };
 
 /// `PyBytesObject`: `PyObject_VAR_HEAD` (refcount, type, size) then data.
@@ -163,8 +170,9 @@ const UNICODE_3_12: UnicodeLayout = UnicodeLayout {
 /// The supported versions, oldest first.
 pub const LAYOUTS: &[VersionLayout] = &[
     // 3.9: `PyFrameObject.f_lasti` @104 (Include/cpython/frameobject.h),
-    // `_PyRuntime.gilstate.autoTSSkey._key` @588
-    // (Include/internal/pycore_runtime.h).
+    // `_PyRuntime.gilstate.autoTSSkey._key` @588, `interpreters.main` @40,
+    // `gilstate.tstate_current` @568 (Include/internal/pycore_runtime.h);
+    // `PyThreadState.interp` @16, `thread_id` @176 (Include/cpython/pystate.h).
     VersionLayout {
         major: 3,
         minor: 9,
@@ -173,12 +181,14 @@ pub const LAYOUTS: &[VersionLayout] = &[
             ..WALK_FRAME_OBJECTS
         },
         runtime_tss_key: 588,
+        runtime_main_interp: 40,
+        runtime_tstate_current: Some(568),
         code: CODE_3_9,
         bytes: BYTES,
         unicode: UNICODE_3_11,
     },
     // 3.10: `f_lasti` @96 (the `f_stacktop` pointer became the int
-    // `f_stackdepth`), `autoTSSkey._key` @588.
+    // `f_stackdepth`); the runtime and thread-state numbers of 3.9.
     VersionLayout {
         major: 3,
         minor: 10,
@@ -187,6 +197,8 @@ pub const LAYOUTS: &[VersionLayout] = &[
             ..WALK_FRAME_OBJECTS
         },
         runtime_tss_key: 588,
+        runtime_main_interp: 40,
+        runtime_tstate_current: Some(568),
         code: CODE_3_10,
         bytes: BYTES,
         unicode: UNICODE_3_11,
@@ -196,7 +208,9 @@ pub const LAYOUTS: &[VersionLayout] = &[
     // real frames flagged by `is_entry` @68, so nothing is skipped),
     // Include/cpython/pystate.h (`PyThreadState.cframe` @56,
     // `_PyCFrame.current_frame` @8), Include/internal/pycore_runtime.h
-    // (`gilstate.autoTSSkey` @592, `_key` @596).
+    // (`gilstate.autoTSSkey` @592, `_key` @596, `interpreters.main` @48,
+    // `gilstate.tstate_current` @576), `PyThreadState.interp` @16,
+    // `thread_id` @152.
     VersionLayout {
         major: 3,
         minor: 11,
@@ -211,9 +225,12 @@ pub const LAYOUTS: &[VersionLayout] = &[
             code_firstlineno: 72,
             code_adaptive: 184,
             code_name: 128,
-            _pad: [0; 2],
+            tstate_interp: 16,
+            tstate_thread_id: 152,
         },
         runtime_tss_key: 596,
+        runtime_main_interp: 48,
+        runtime_tstate_current: Some(576),
         code: CODE,
         bytes: BYTES,
         unicode: UNICODE_3_11,
@@ -221,7 +238,8 @@ pub const LAYOUTS: &[VersionLayout] = &[
     // 3.12: pycore_frame.h (f_code @0, previous @8, prev_instr @56,
     // owner @70; `FRAME_OWNED_BY_CSTACK` = 3 marks the entry frame pushed at
     // every C→Python call), pystate.h (`cframe` @56,
-    // `_PyCFrame.current_frame` @0), pycore_runtime.h (`autoTSSkey` @1544,
+    // `_PyCFrame.current_frame` @0, `interp` @16), pycore_runtime.h
+    // (`interpreters.main` @48, no `tstate_current`; `autoTSSkey` @1544,
     // `_key` @1548).
     VersionLayout {
         major: 3,
@@ -237,9 +255,12 @@ pub const LAYOUTS: &[VersionLayout] = &[
             code_firstlineno: 68,
             code_adaptive: 192,
             code_name: 128,
-            _pad: [0; 2],
+            tstate_interp: 16,
+            tstate_thread_id: NO_OFFSET,
         },
         runtime_tss_key: 1548,
+        runtime_main_interp: 48,
+        runtime_tstate_current: None,
         code: CODE,
         bytes: BYTES,
         unicode: UNICODE_3_12,
@@ -247,7 +268,8 @@ pub const LAYOUTS: &[VersionLayout] = &[
     // 3.13: no `_PyCFrame`; `PyThreadState.current_frame` @72
     // (pystate.h), pycore_frame.h (f_executable @0, previous @8,
     // instr_ptr @56, owner @70, `FRAME_OWNED_BY_CSTACK` = 3 with
-    // f_executable = Py_None), pycore_runtime.h (`autoTSSkey` @2160,
+    // f_executable = Py_None), pycore_runtime.h (`interpreters.main` @640,
+    // `PyThreadState.interp` @16; `autoTSSkey` @2160,
     // `_key` @2164). The same numbers are in `_Py_DebugOffsets`.
     VersionLayout {
         major: 3,
@@ -263,9 +285,12 @@ pub const LAYOUTS: &[VersionLayout] = &[
             code_firstlineno: 68,
             code_adaptive: 200,
             code_name: 128,
-            _pad: [0; 2],
+            tstate_interp: 16,
+            tstate_thread_id: NO_OFFSET,
         },
         runtime_tss_key: 2164,
+        runtime_main_interp: 640,
+        runtime_tstate_current: None,
         code: CODE,
         bytes: BYTES,
         unicode: UNICODE_3_12,

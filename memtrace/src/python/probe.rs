@@ -443,14 +443,22 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
     if tss_key >= MAX_TSS_KEY {
         return Err(ProbeError::TssKeyTooLarge { tgid, key: tss_key });
     }
+    let runtime = symbols.runtime_addr;
+    let main_interp = memory
+        .read_u64(runtime.wrapping_add(layout.runtime_main_interp))
+        .map_err(|source| memory_error(tgid, source))?;
     Ok(Probe::Python(PythonProcess {
         version,
         binary,
-        runtime_addr: symbols.runtime_addr,
+        runtime_addr: runtime,
         info: PyProcessInfo {
             version_hex,
             tss_key,
             offsets: layout.walk,
+            main_interp,
+            tstate_current_addr: layout
+                .runtime_tstate_current
+                .map_or(0, |offset| runtime.wrapping_add(offset)),
         },
         layout,
     }))
@@ -526,6 +534,12 @@ pub(crate) mod tests {
         assert!(python.binary.ends_with(binary_name), "{:?}", python.binary);
         assert!(python.info.tss_key < MAX_TSS_KEY);
         assert_eq!(python.info.offsets, python.layout.walk);
+        assert_ne!(python.info.main_interp, 0);
+        if python.version.minor >= 11 {
+            // 3.11+: the main interpreter is `_PyRuntime._main_interpreter`.
+            let inside = python.runtime_addr..python.runtime_addr + 0x10_0000;
+            assert!(inside.contains(&python.info.main_interp), "{python:?}");
+        }
         assert_eq!(
             PythonVersion::from_hex(python.info.version_hex),
             python.version
