@@ -33,29 +33,33 @@ pub struct PyFrame {
     /// bytes) from `co_code_adaptive` (3.11+), or `PyFrameObject.f_lasti`
     /// (3.10: code units; 3.9: bytes); -1 when the frame has not started.
     pub instr_index: i32,
-    /// [`code_fingerprint`] of the code object's `co_firstlineno` and name
-    /// pointer, read in BPF: userspace accepts a cached code object only if
+    /// [`code_fingerprint`] of the code object's `co_firstlineno`, name
+    /// pointer and shape, read in BPF: userspace accepts a cached code object only if
     /// this matches (guards against address reuse).
     pub fingerprint: u32,
 }
 
-/// Bits of `co_firstlineno` kept in a [`code_fingerprint`].
-const FINGERPRINT_LINE_BITS: u32 = 20;
+/// Offset in a code object of the word that goes into [`code_fingerprint`]
+/// as its shape: right after `PyObject_HEAD` (16 bytes), `ob_size` (the
+/// number of code units, 3.11+) or `co_argcount` and `co_posonlyargcount`
+/// (3.9/3.10) (Include/cpython/code.h).
+pub const CODE_SHAPE_OFFSET: u64 = 16;
 
-/// The fingerprint of a code object, from its `co_firstlineno` (low 20
-/// bits) and the address of its name str (`co_qualname` on 3.11+,
-/// `co_name` before; address bits 3..15, so names less than 32 KiB apart
-/// always differ). The line alone did
-/// not tell apart code objects compiled from one source: an `exec`'d
-/// module's `<module>` and its class body `GeneratedTable` both start at line
-/// 1, and once freed each one's address was reused by the other's next copy.
+/// The fingerprint of a code object: a 32-bit hash of its
+/// `co_firstlineno`, the address of its name str (`co_qualname` on 3.11+,
+/// `co_name` before) and its shape word ([`CODE_SHAPE_OFFSET`]).
+///
+/// The line alone did not tell apart code objects compiled from strings:
+/// an `exec`'d module's `<module>` and its class body `GeneratedTable` both
+/// start at line 1, and once freed each one's address was reused by the
+/// other's next copy; every `<module>` also shares one static name str on
+/// 3.11+, which the shape tells apart.
 #[inline(always)]
 #[must_use]
-pub const fn code_fingerprint(first_lineno: u32, name_addr: u64) -> u32 {
-    // str objects are 8-byte aligned: the low 3 bits are always 0.
-    let name_bits = ((name_addr >> 3) & 0xfff) as u32;
-    let line = first_lineno & ((1 << FINGERPRINT_LINE_BITS) - 1);
-    line | (name_bits << FINGERPRINT_LINE_BITS)
+pub const fn code_fingerprint(first_lineno: u32, name_addr: u64, shape: u64) -> u32 {
+    let mixed = (first_lineno as u64) ^ name_addr.rotate_left(29) ^ shape.rotate_left(47);
+    // Fibonacci hashing: the high half depends on every input bit.
+    (mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32
 }
 
 /// Offsets (bytes) into CPython's internal structs that the BPF frame walk

@@ -8,8 +8,9 @@
 
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user};
 use memtrace_common::{
-    code_fingerprint, PyFrame, PyOffsets, PyProcessInfo, MAX_FRAMES, NO_OFFSET, STACK_NO_PYTHON,
-    STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER, STACK_TRUNCATED,
+    code_fingerprint, PyFrame, PyOffsets, PyProcessInfo, CODE_SHAPE_OFFSET, MAX_FRAMES, NO_OFFSET,
+    STACK_NO_PYTHON, STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER,
+    STACK_TRUNCATED,
 };
 
 use crate::maps::{PY_PROCESSES, TASK_FSBASE_OFFSET};
@@ -160,11 +161,12 @@ fn read_frame(frame: u64, offsets: &PyOffsets) -> Result<PyFrame, ()> {
     let code = read_user::<u64>(frame + u64::from(offsets.frame_code))? & !3;
     let first_lineno: u32 = read_user(code + u64::from(offsets.code_firstlineno))?;
     let name: u64 = read_user(code + u64::from(offsets.code_name))?;
+    let shape: u64 = read_user(code + CODE_SHAPE_OFFSET)?;
     let instr_index = instr_index(frame, code, offsets)?;
     Ok(PyFrame {
         code_addr: code,
         instr_index,
-        fingerprint: code_fingerprint(first_lineno, name),
+        fingerprint: code_fingerprint(first_lineno, name, shape),
     })
 }
 

@@ -17,7 +17,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use memtrace_common::{code_fingerprint, PyFrame};
+use memtrace_common::{code_fingerprint, PyFrame, CODE_SHAPE_OFFSET};
 use thiserror::Error;
 
 use super::linetable::{self, LineTableError};
@@ -133,6 +133,8 @@ struct CodeObject {
     /// Address of the name str (`co_qualname`, or `co_name` on 3.9/3.10),
     /// part of the fingerprint.
     name_addr: u64,
+    /// The word at `CODE_SHAPE_OFFSET`, part of the fingerprint.
+    shape: u64,
     function: String,
     file: String,
     linetable: Vec<u8>,
@@ -319,6 +321,7 @@ impl CodeObject {
         Ok(Self {
             first_lineno,
             name_addr: qualname,
+            shape: field::<8>(&header, CODE_SHAPE_OFFSET).map_or(0, u64::from_le_bytes),
             function: read_str(memory, &layout.unicode, qualname)?,
             file: display_file(read_str(memory, &layout.unicode, filename)?),
             linetable: read_bytes(memory, layout, linetable)?,
@@ -329,7 +332,11 @@ impl CodeObject {
 
     /// The fingerprint BPF computes for this code object.
     fn fingerprint(&self) -> u32 {
-        code_fingerprint(self.first_lineno.cast_unsigned(), self.name_addr)
+        code_fingerprint(
+            self.first_lineno.cast_unsigned(),
+            self.name_addr,
+            self.shape,
+        )
     }
 
     /// Whether this code object's fingerprint is the frame's.
@@ -501,7 +508,9 @@ def plain():
 def describe(c):
     pos = [p[0] for p in c.co_positions()]
     idx = max(i for i, l in enumerate(pos) if l is not None)
+    import ctypes
     return {"addr": id(c), "first": c.co_firstlineno, "qualname": c.co_qualname, "name": id(c.co_qualname),
+            "shape": ctypes.c_uint64.from_address(id(c) + 16).value,
             "file": c.co_filename, "index": idx, "line": pos[idx]}
 codes = [plain.__code__, ns["café"].__code__, ns["Klass"].__dict__["函数"].__code__]
 if FORK and os.fork() == 0:
@@ -521,6 +530,7 @@ time.sleep(60)
         first: u32,
         qualname: String,
         name: u64,
+        shape: u64,
         file: String,
         index: i32,
         line: u32,
@@ -536,7 +546,7 @@ time.sleep(60)
         PyFrame {
             code_addr: code.addr,
             instr_index,
-            fingerprint: code_fingerprint(code.first, code.name),
+            fingerprint: code_fingerprint(code.first, code.name, code.shape),
         }
     }
 
@@ -566,7 +576,7 @@ time.sleep(60)
             assert_eq!(running.line, code.line, "{}", code.qualname);
             assert_ne!(code.line, code.first, "{}", code.qualname);
             let stale = PyFrame {
-                fingerprint: code_fingerprint(code.first + 1, code.name),
+                fingerprint: code_fingerprint(code.first + 1, code.name, code.shape),
                 ..frame(code, 0)
             };
             assert!(matches!(
@@ -671,12 +681,15 @@ time.sleep(60)
     /// caches it itself; a mismatching cached object is not taken.
     /// Address of the name str of the cached code objects below.
     const NAME: u64 = 0x7f00_1234_5678;
+    /// Their shape word (`ob_size`: code units).
+    const SHAPE: u64 = 40;
 
     #[test]
     fn child_uses_the_parent_cache_when_the_fingerprint_matches() {
         let code = CodeObject {
             first_lineno: 10,
             name_addr: NAME,
+            shape: SHAPE,
             function: "Cache.put".to_owned(),
             file: "cache.py".to_owned(),
             // code 13, 1 unit, line +2 (svarint 4).
@@ -696,7 +709,7 @@ time.sleep(60)
         let frame = PyFrame {
             code_addr: 0x1000,
             instr_index: 0,
-            fingerprint: code_fingerprint(10, NAME),
+            fingerprint: code_fingerprint(10, NAME, SHAPE),
         };
         let expected = PyLocation {
             function: "Cache.put".to_owned(),
@@ -707,7 +720,7 @@ time.sleep(60)
         assert!(resolver.processes[&3].codes.contains_key(&0x1000));
         assert!(!resolver.processes[&2].codes.contains_key(&0x1000));
         let stale = PyFrame {
-            fingerprint: code_fingerprint(11, NAME),
+            fingerprint: code_fingerprint(11, NAME, SHAPE),
             ..frame
         };
         assert!(matches!(
@@ -731,6 +744,7 @@ time.sleep(60)
         let module = CodeObject {
             first_lineno: 1,
             name_addr: NAME,
+            shape: SHAPE,
             function: "<module>".to_owned(),
             file: display_file(String::new()),
             linetable: vec![0xe8, 4],
@@ -743,14 +757,14 @@ time.sleep(60)
         let class_body = PyFrame {
             code_addr: 0x1000,
             instr_index: 0,
-            fingerprint: code_fingerprint(1, NAME + 0x40),
+            fingerprint: code_fingerprint(1, NAME + 0x40, SHAPE),
         };
         assert!(matches!(
             resolver.resolve(1, &class_body),
             Err(ResolveError::NoMemory { tgid: 1 })
         ));
         let module_frame = PyFrame {
-            fingerprint: code_fingerprint(1, NAME),
+            fingerprint: code_fingerprint(1, NAME, SHAPE),
             ..class_body
         };
         let location = resolver.resolve(1, &module_frame).unwrap();
@@ -765,14 +779,17 @@ time.sleep(60)
     }
 
     #[test]
-    fn fingerprints_differ_by_line_and_by_name() {
-        let base = code_fingerprint(1, NAME);
-        assert_ne!(base, code_fingerprint(2, NAME));
-        // Any two distinct 8-byte-aligned names within 32 KiB differ.
-        for step in 1..4096 {
-            assert_ne!(base, code_fingerprint(1, NAME + 8 * step), "{step}");
+    fn fingerprints_differ_by_line_name_and_shape() {
+        let base = code_fingerprint(1, NAME, SHAPE);
+        assert_ne!(base, code_fingerprint(2, NAME, SHAPE));
+        // One static `<module>` name, another length of code.
+        assert_ne!(base, code_fingerprint(1, NAME, SHAPE + 1));
+        let mut seen = std::collections::HashSet::new();
+        for step in 0..4096 {
+            seen.insert(code_fingerprint(1, NAME + 8 * step, SHAPE));
+            seen.insert(code_fingerprint(step.try_into().unwrap(), NAME, SHAPE + 1));
         }
-        assert_eq!(code_fingerprint(1 << 20, 0), 0);
+        assert_eq!(seen.len(), 8192);
     }
 
     #[test]
@@ -871,6 +888,7 @@ Outer().run()
             let name = memory
                 .read_u64(code + u64::from(offsets.code_name))
                 .unwrap();
+            let shape = memory.read_u64(code + CODE_SHAPE_OFFSET).unwrap();
             let instr_index = if offsets.code_adaptive == NO_OFFSET {
                 // 3.9/3.10: the low half is the `int f_lasti`.
                 i32::from_le_bytes(instr.to_le_bytes()[..4].try_into().unwrap())
@@ -882,7 +900,7 @@ Outer().run()
             frames.push(PyFrame {
                 code_addr: code,
                 instr_index,
-                fingerprint: code_fingerprint(first, name),
+                fingerprint: code_fingerprint(first, name, shape),
             });
             frame = previous;
         }
