@@ -67,10 +67,12 @@ pub unsafe fn walk(tgid: u32, frames: *mut [PyFrame; MAX_FRAMES]) -> Walk {
     let Ok((tss_tstate, fsbase)) = thread_state(info.tss_key) else {
         return Walk::empty(STACK_READ_ERROR);
     };
-    if tss_tstate == 0 {
+    // A thread a 3.9-3.11 sub-interpreter started has no TSS slot but may
+    // hold the GIL: `swapped_thread_state` finds it too.
+    let tstate = swapped_thread_state(tss_tstate, fsbase, &info);
+    if tstate == 0 {
         return Walk::empty(STACK_NO_THREAD_STATE);
     }
-    let tstate = swapped_thread_state(tss_tstate, fsbase, &info);
     let Ok(frame) = current_frame(tstate, &info.offsets) else {
         return Walk::empty(STACK_READ_ERROR);
     };
