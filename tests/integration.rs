@@ -120,39 +120,68 @@ fn attributes_growth_to_function_on_debian_static_python() {
 
 /// exec_class_table.py's class bodies (built by `exec` from source with an
 /// empty file name) must keep their `GeneratedTable` frame under the exec'd
-/// `<module>`, both shown in file `<string>`.
+/// `<module>`, both shown in file `<string>`. A frame whose code object was
+/// freed before memtrace read it may be unresolved (said so), never
+/// another code object's name.
 fn check_exec_class_bodies(python: &Path) {
     let trace = trace_script(python, "exec_class_table.py", &[]);
+    let string = "<string>".to_owned();
+    let expected = [
+        ("<module>".to_owned(), string.clone()),
+        ("GeneratedTable".to_owned(), string),
+    ];
     let mut under_build = 0.0;
     let mut as_class_body = 0.0;
     for path in trace.paths() {
-        let stack = path["stack"].as_u64().expect("path has a stack id");
-        let frames: Vec<(String, String)> = trace.report["stacks"][stack as usize]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|f| Some((f["function"].as_str()?.into(), f["file"].as_str()?.into())))
-            .collect();
-        let Some(build) = frames.iter().position(|(name, _)| name == "build_tables") else {
+        let frames = python_frames(&trace, path);
+        let build = frames
+            .iter()
+            .position(|f| f.as_ref().is_some_and(|(name, _)| name == "build_tables"));
+        let Some(build) = build else {
             continue;
         };
+        let inner = &frames[build + 1..];
+        if inner.is_empty() {
+            continue; // build_tables's own growth: compile(), the kept namespaces
+        }
+        assert_eq!(inner.len(), 2, "{inner:?}\n{}", trace.stdout());
+        for (got, want) in inner.iter().zip(&expected) {
+            assert!(
+                got.as_ref().is_none_or(|got| got == want),
+                "{got:?} where {want:?} ran\n{}",
+                trace.stdout()
+            );
+        }
         let bytes = path["bytes"]["growth_bytes"].as_f64().unwrap();
         under_build += bytes;
-        let string = "<string>".to_owned();
-        let expected = [
-            ("<module>".to_owned(), string.clone()),
-            ("GeneratedTable".to_owned(), string),
-        ];
-        if frames[build + 1..] == expected {
+        if inner.iter().all(Option::is_some) {
             as_class_body += bytes;
         }
     }
     assert!(
-        under_build > 0.0 && as_class_body / under_build > 0.9,
-        "only {as_class_body} of {under_build} bytes under build_tables are in \
-         GeneratedTable (<string>) under <module> (<string>)\n{}",
+        under_build > 0.0 && as_class_body / under_build > 0.5,
+        "only {as_class_body} of {under_build} bytes under build_tables are resolved\n{}",
         trace.stdout()
     );
+}
+
+/// The Python frames of a path, outermost first: `(function, file)`, or
+/// `None` for an unresolved Python frame.
+fn python_frames(trace: &Trace, path: &Value) -> Vec<Option<(String, String)>> {
+    let stack = path["stack"].as_u64().expect("path has a stack id");
+    trace.report["stacks"][stack as usize]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| match f["kind"].as_str() {
+            Some("python") => Some(Some((
+                f["function"].as_str()?.to_owned(),
+                f["file"].as_str()?.to_owned(),
+            ))),
+            Some("unknown") if f["reason"] == "unresolved Python frame" => Some(None),
+            _ => None,
+        })
+        .collect()
 }
 
 #[test]

@@ -11,17 +11,19 @@ alone names the class body ``<module>`` (or the reverse).
 Output (JSON lines, see ``workload_common.py``):
 
 * ``{"event": "ready", "pid": ...}`` at start;
-* ``{"event": "built", "pid": ..., "function": "GeneratedTable", "tables": ..., "rss_growth_bytes": ...}``.
+* ``{"event": "built", "pid": ..., "function": "GeneratedTable", "tables": ..., "rss_growth_bytes": ...}``,
+  then ``--hold`` seconds of sleep before exit.
 
 Run::
 
-    python exec_class_table.py --tables 10 --rows 30000
+    python exec_class_table.py --tables 10 --rows 30000 --hold 1
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from workload_common import emit, rss_bytes
 
@@ -49,11 +51,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=10, help="classes to build (default 10)")
     parser.add_argument("--rows", type=int, default=30000, help="rows per class (default 30000)")
+    parser.add_argument("--hold", type=float, default=1.0,
+                        help="seconds to live after building, so a tracer reads the code objects still alive (default 1)")
     args = parser.parse_args()
     emit("ready")
     before = rss_bytes()
     build_tables(args.tables, args.rows)
     emit("built", function="GeneratedTable", tables=args.tables, rss_growth_bytes=rss_bytes() - before)
+    time.sleep(args.hold)
     return 0
 
 

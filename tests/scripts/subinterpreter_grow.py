@@ -10,7 +10,8 @@ sub-interpreter belongs to ``grow_in_sub``, not to ``run_in_subinterpreter``
 CPython 3.9-3.12 name the module ``_xxsubinterpreters``, 3.13 ``_interpreters``.
 
 Output (JSON lines, see ``workload_common.py``): ``{"event": "ready", ...}``,
-then ``{"event": "grown", "pid": ..., "rows": ...}``.
+then ``{"event": "grown", "pid": ..., "rows": ...}``, then ``--hold`` seconds of
+sleep before exit.
 
 Run::
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from workload_common import emit
 
@@ -60,11 +62,14 @@ def main() -> int:
     """Grow in a sub-interpreter, then in the main one; exit 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200000, help="rows per interpreter (default 200000)")
+    parser.add_argument("--hold", type=float, default=1.0,
+                        help="seconds to live after growing, so a tracer reads the code objects (default 1)")
     args = parser.parse_args()
     emit("ready")
     interp = run_in_subinterpreter(args.rows)
     grow_in_main(args.rows)
     emit("grown", rows=args.rows, interpreter=str(interp))
+    time.sleep(args.hold)
     return 0
 
 
