@@ -101,9 +101,157 @@ fn attributes_growth_to_function_on_pyenv_3_12() {
 }
 
 #[test]
+fn attributes_growth_to_function_on_pyenv_3_9() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.9.18", "python3.9")]));
+    check_grow_cache(&python);
+}
+
+#[test]
+fn attributes_growth_to_function_on_pyenv_3_10() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.10.13", "python3.10")]));
+    check_grow_cache(&python);
+}
+
+#[test]
 fn attributes_growth_to_function_on_debian_static_python() {
     let python = require_ebpf!(interpreter(&[PathBuf::from("/usr/bin/python3.11")]));
     check_grow_cache(&python);
+}
+
+/// exec_class_table.py's class bodies (built by `exec` from source with an
+/// empty file name) must keep their `GeneratedTable` frame under the exec'd
+/// `<module>`, both shown in file `<string>`. A frame whose code object was
+/// freed before memtrace read it may be unresolved (said so), never
+/// another code object's name; the workload keeps half of its code objects,
+/// so at least those resolve.
+fn check_exec_class_bodies(python: &Path) {
+    let trace = trace_script(python, "exec_class_table.py", &[]);
+    let string = "<string>".to_owned();
+    let expected = [
+        ("<module>".to_owned(), string.clone()),
+        ("GeneratedTable".to_owned(), string),
+    ];
+    let mut under_build = 0.0;
+    let mut as_class_body = 0.0;
+    for path in trace.paths() {
+        let frames = python_frames(&trace, path);
+        let build = frames
+            .iter()
+            .position(|f| f.as_ref().is_some_and(|(name, _)| name == "build_tables"));
+        let Some(build) = build else {
+            continue;
+        };
+        let inner = &frames[build + 1..];
+        if inner.is_empty() {
+            continue; // build_tables's own growth: compile(), the kept namespaces
+        }
+        assert_eq!(inner.len(), 2, "{inner:?}\n{}", trace.stdout());
+        for (got, want) in inner.iter().zip(&expected) {
+            assert!(
+                got.as_ref().is_none_or(|got| got == want),
+                "{got:?} where {want:?} ran\n{}",
+                trace.stdout()
+            );
+        }
+        let bytes = path["bytes"]["growth_bytes"].as_f64().unwrap();
+        under_build += bytes;
+        if inner.iter().all(Option::is_some) {
+            as_class_body += bytes;
+        }
+    }
+    assert!(
+        under_build > 0.0 && as_class_body / under_build > 0.3,
+        "only {as_class_body} of {under_build} bytes under build_tables are resolved\n{}",
+        trace.stdout()
+    );
+}
+
+/// The Python frames of a path, outermost first: `(function, file)`, or
+/// `None` for an unresolved Python frame.
+fn python_frames(trace: &Trace, path: &Value) -> Vec<Option<(String, String)>> {
+    let stack = path["stack"].as_u64().expect("path has a stack id");
+    trace.report["stacks"][stack as usize]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| match f["kind"].as_str() {
+            Some("python") => Some(Some((
+                f["function"].as_str()?.to_owned(),
+                f["file"].as_str()?.to_owned(),
+            ))),
+            Some("unknown") if f["reason"] == "unresolved Python frame" => Some(None),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn keeps_exec_class_bodies_on_pyenv_3_10() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.10.13", "python3.10")]));
+    check_exec_class_bodies(&python);
+}
+
+#[test]
+fn keeps_exec_class_bodies_on_pyenv_3_12() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.12.1", "python3.12")]));
+    check_exec_class_bodies(&python);
+}
+
+/// subinterpreter_grow.py: growth inside `run_string` code is
+/// `grow_in_sub`'s (under the sub-interpreter marker), not the caller
+/// `run_in_subinterpreter`'s; the main interpreter's growth is unmarked.
+fn check_subinterpreter(python: &Path) {
+    let trace = trace_script(python, "subinterpreter_grow.py", &[]);
+    let (mut sub, mut main, mut caller) = (0.0, 0.0, 0.0);
+    for path in trace.paths() {
+        let stack = path["stack"].as_u64().expect("path has a stack id");
+        let frames = trace.report["stacks"][stack as usize]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let marked = frames.first().and_then(|f| f["reason"].as_str())
+            == Some("in a sub-interpreter; its caller in the main interpreter not shown");
+        let names = trace.functions(path);
+        let bytes = path["bytes"]["growth_bytes"].as_f64().unwrap();
+        if names.iter().any(|n| n == "grow_in_sub") {
+            assert!(marked, "unmarked sub-interpreter path {frames:?}");
+            sub += bytes;
+        } else if names.iter().any(|n| n == "grow_in_main") {
+            assert!(!marked, "main-interpreter path marked {frames:?}");
+            main += bytes;
+        } else if names.last().is_some_and(|n| n == "run_in_subinterpreter") {
+            caller += bytes;
+        }
+    }
+    assert!(
+        main > 0.0 && sub / main > 0.6 && caller < 0.1 * sub,
+        "grow_in_sub {sub}, grow_in_main {main}, run_in_subinterpreter {caller}\n{}",
+        trace.stdout()
+    );
+}
+
+#[test]
+fn attributes_subinterpreter_growth_on_pyenv_3_10() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.10.13", "python3.10")]));
+    check_subinterpreter(&python);
+}
+
+#[test]
+fn attributes_subinterpreter_growth_on_pyenv_3_11() {
+    let python = require_ebpf!(python_3_11());
+    check_subinterpreter(&python);
+}
+
+#[test]
+fn attributes_subinterpreter_growth_on_pyenv_3_12() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.12.1", "python3.12")]));
+    check_subinterpreter(&python);
+}
+
+#[test]
+fn attributes_subinterpreter_growth_on_pyenv_3_13() {
+    let python = require_ebpf!(interpreter(&[pyenv("3.13.0", "python3.13")]));
+    check_subinterpreter(&python);
 }
 
 #[test]

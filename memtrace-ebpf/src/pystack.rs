@@ -3,12 +3,14 @@
 //! `MemoryRecord`, using the per-process `PyProcessInfo` that userspace put
 //! in `PY_PROCESSES`. Method and offsets: shared/notes/python-stacks.md §4-5
 //! (glibc x86-64 TSS slot `fsbase + 0x310 + 16 * key + 8`, then the
-//! `_PyInterpreterFrame` chain through `previous`).
+//! `_PyInterpreterFrame` chain through `previous`, or on 3.9/3.10 the
+//! `PyFrameObject` chain through `f_back`).
 
 use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user};
 use memtrace_common::{
-    PyFrame, PyOffsets, MAX_FRAMES, NO_OFFSET, STACK_NO_PYTHON, STACK_NO_THREAD_STATE,
-    STACK_READ_ERROR, STACK_TRUNCATED,
+    code_fingerprint, PyFrame, PyOffsets, PyProcessInfo, CODE_SHAPE_OFFSET, MAX_FRAMES, NO_OFFSET,
+    STACK_NO_PYTHON, STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER,
+    STACK_TRUNCATED,
 };
 
 use crate::maps::{PY_PROCESSES, TASK_FSBASE_OFFSET};
@@ -62,28 +64,70 @@ pub unsafe fn walk(tgid: u32, frames: *mut [PyFrame; MAX_FRAMES]) -> Walk {
     if info.tss_key >= GLIBC_TSD_FIRST_BLOCK_KEYS {
         return Walk::empty(STACK_NO_THREAD_STATE);
     }
-    let Ok(tstate) = thread_state(info.tss_key) else {
+    let Ok((tss_tstate, fsbase)) = thread_state(info.tss_key) else {
         return Walk::empty(STACK_READ_ERROR);
     };
+    // A thread a 3.9-3.11 sub-interpreter started has no TSS slot but may
+    // hold the GIL: `swapped_thread_state` finds it too.
+    let tstate = swapped_thread_state(tss_tstate, fsbase, &info);
     if tstate == 0 {
         return Walk::empty(STACK_NO_THREAD_STATE);
     }
     let Ok(frame) = current_frame(tstate, &info.offsets) else {
         return Walk::empty(STACK_READ_ERROR);
     };
-    unsafe { walk_frames(frame, &info.offsets, frames) }
+    let mut walk = unsafe { walk_frames(frame, &info.offsets, frames) };
+    walk.stack_status |= interpreter_status(tstate, &info);
+    walk
 }
 
-/// The current thread's `PyThreadState*` from its glibc TSS slot `key`.
+/// The current thread's `PyThreadState*` from its glibc TSS slot `key`,
+/// and the thread's fsbase.
 #[inline(always)]
-fn thread_state(key: u32) -> Result<u64, ()> {
+fn thread_state(key: u32) -> Result<(u64, u64), ()> {
     // SAFETY: helper without arguments; returns the current task_struct.
     let task = unsafe { bpf_get_current_task() };
     // SAFETY: bpf_probe_read_kernel checks the address.
     let fsbase: u64 =
         unsafe { bpf_probe_read_kernel((task + TASK_FSBASE_OFFSET.load()) as *const u64) }
             .map_err(|_| ())?;
-    read_user(fsbase + GLIBC_TSD_FIRST_BLOCK + 16 * u64::from(key) + 8)
+    let tstate = read_user(fsbase + GLIBC_TSD_FIRST_BLOCK + 16 * u64::from(key) + 8)?;
+    Ok((tstate, fsbase))
+}
+
+/// On 3.9–3.11, the thread state a sub-interpreter swapped in on this
+/// thread: `gilstate.tstate_current` when it differs from the TSS slot's
+/// and belongs to this thread (`thread_id`, `pthread_self()`, is the
+/// fsbase on glibc x86-64; otherwise another thread holds the GIL). Else,
+/// and on 3.12+ (whose TSS slot follows the swap), `tss_tstate`.
+#[inline(always)]
+fn swapped_thread_state(tss_tstate: u64, fsbase: u64, info: &PyProcessInfo) -> u64 {
+    if info.tstate_current_addr == 0 {
+        return tss_tstate;
+    }
+    let current = read_user::<u64>(info.tstate_current_addr).unwrap_or(0);
+    if current == 0 || current == tss_tstate {
+        return tss_tstate;
+    }
+    let thread_id = read_user::<u64>(current + u64::from(info.offsets.tstate_thread_id));
+    if thread_id == Ok(fsbase) {
+        current
+    } else {
+        tss_tstate
+    }
+}
+
+/// [`STACK_SUBINTERPRETER`] when `tstate` belongs to an interpreter other
+/// than the main one.
+#[inline(always)]
+fn interpreter_status(tstate: u64, info: &PyProcessInfo) -> u32 {
+    if info.main_interp == 0 {
+        return 0;
+    }
+    match read_user::<u64>(tstate + u64::from(info.offsets.tstate_interp)) {
+        Ok(interp) if interp != info.main_interp => STACK_SUBINTERPRETER,
+        _ => 0,
+    }
 }
 
 /// The innermost `_PyInterpreterFrame*` of thread state `tstate`.
@@ -117,19 +161,32 @@ fn read_frame(frame: u64, offsets: &PyOffsets) -> Result<PyFrame, ()> {
     // 3.14 tags `f_executable` in its low bits (python-stacks.md §5); code
     // objects are at least 8-byte aligned, so masking is harmless before it.
     let code = read_user::<u64>(frame + u64::from(offsets.frame_code))? & !3;
-    let instr_ptr: u64 = read_user(frame + u64::from(offsets.frame_instr_ptr))?;
     let first_lineno: u32 = read_user(code + u64::from(offsets.code_firstlineno))?;
-    let code_start = code + u64::from(offsets.code_adaptive);
-    // A frame that has not started yet has instr_ptr before co_code_adaptive.
-    let instr_index = if instr_ptr < code_start {
-        -1
-    } else {
-        i32::try_from((instr_ptr - code_start) / 2).unwrap_or(i32::MAX)
-    };
+    let name: u64 = read_user(code + u64::from(offsets.code_name))?;
+    let shape: u64 = read_user(code + CODE_SHAPE_OFFSET)?;
+    let instr_index = instr_index(frame, code, offsets)?;
     Ok(PyFrame {
         code_addr: code,
         instr_index,
-        first_lineno,
+        fingerprint: code_fingerprint(first_lineno, name, shape),
+    })
+}
+
+/// The frame's instruction index: `f_lasti` of a 3.9/3.10 `PyFrameObject`
+/// (`code_adaptive` is [`NO_OFFSET`]; -1 before the frame starts), else the
+/// code units from `co_code_adaptive` to the instruction pointer.
+#[inline(always)]
+fn instr_index(frame: u64, code: u64, offsets: &PyOffsets) -> Result<i32, ()> {
+    if offsets.code_adaptive == NO_OFFSET {
+        return read_user(frame + u64::from(offsets.frame_instr_ptr));
+    }
+    let instr_ptr: u64 = read_user(frame + u64::from(offsets.frame_instr_ptr))?;
+    let code_start = code + u64::from(offsets.code_adaptive);
+    // A frame that has not started yet has instr_ptr before co_code_adaptive.
+    Ok(if instr_ptr < code_start {
+        -1
+    } else {
+        i32::try_from((instr_ptr - code_start) / 2).unwrap_or(i32::MAX)
     })
 }
 

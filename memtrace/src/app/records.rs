@@ -8,7 +8,7 @@
 use memtrace_common::{
     AddressOp, AddressRecord, ExitBeginReason, ExitBeginRecord, ExitRecord, ForkRecord,
     MemoryEvent, MemoryRecord, ProcessCounters, PyFrame, RSS_ALL_KNOWN, STACK_NO_PYTHON,
-    STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_TRUNCATED,
+    STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER, STACK_TRUNCATED,
 };
 
 use super::session::Session;
@@ -234,6 +234,9 @@ impl Session {
         if status & STACK_TRUNCATED != 0 {
             stack.push(unknown("outer frames truncated"));
         }
+        if status & STACK_SUBINTERPRETER != 0 {
+            stack.push(unknown(SUBINTERPRETER_MARKER));
+        }
         if status & STACK_NO_PYTHON != 0 {
             stack.push(unknown(self.no_python_reason(tgid)));
         } else if status & STACK_NO_THREAD_STATE != 0 {
@@ -270,6 +273,12 @@ impl Session {
         }
     }
 }
+
+/// Outermost marker of a stack walked in a sub-interpreter
+/// (`STACK_SUBINTERPRETER`): the frames below it are that interpreter's;
+/// the main-interpreter frames that called into it are not walked.
+pub(crate) const SUBINTERPRETER_MARKER: &str =
+    "in a sub-interpreter; its caller in the main interpreter not shown";
 
 /// The mapping kind whose name completes the stack of `event`'s growth.
 fn mapping_kind(event: MemoryEvent) -> Option<MappingKind> {

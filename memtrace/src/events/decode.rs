@@ -174,7 +174,7 @@ mod tests {
         frames[0] = PyFrame {
             code_addr: 0x7f00_0000_1000,
             instr_index: 12,
-            first_lineno: 7,
+            fingerprint: 7,
         };
         MemoryRecord {
             header: header(RecordKind::Memory),

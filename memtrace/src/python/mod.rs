@@ -7,13 +7,19 @@
 //! - [`FrameResolver`] turns the `PyFrame`s BPF recorded into
 //!   [`PyLocation`]s (qualified name, file, line);
 //! - `offsets` is the per-version layout table, `mem` reads
-//!   /proc/PID/mem, `linetable` decodes CPython 3.11+ location tables.
+//!   /proc/PID/mem, `linetable` decodes CPython 3.11+ location tables and
+//!   `lnotab` the 3.9/3.10 line tables; `version` reads what a binary's
+//!   name and data say about its version, and `debug_offsets` checks
+//!   3.13+'s `_Py_DebugOffsets` against the table.
 
 mod code;
+mod debug_offsets;
 mod linetable;
+mod lnotab;
 mod mem;
 mod offsets;
 mod probe;
+mod version;
 
 pub use code::{FrameResolver, PyLocation, ResolveError};
 pub use linetable::LineTableError;

@@ -6,8 +6,11 @@
 //! Every number comes from the x86-64, default (GIL, release, glibc) build of
 //! CPython and was checked with `offsetof` in gdb against the debug info of
 //! the pyenv builds 3.11.7, 3.12.1 and 3.13.0 on this project's machines
-//! (notes/python-stacks.md §2, tag [V]). The defining headers are named on
-//! each field. Debian's static `/usr/bin/python3.11` has the same layout.
+//! (notes/python-stacks.md §2, tag [V]); the 3.9 and 3.10 numbers were
+//! checked with `offsetof` in a C program compiled against the pyenv 3.9.18
+//! and 3.10.13 headers (`Py_BUILD_CORE`, internal headers included). The
+//! defining headers are named on each field. Debian's static
+//! `/usr/bin/python3.11` has the same layout.
 //!
 //! To support another version, add one [`VersionLayout`] to [`LAYOUTS`].
 
@@ -19,11 +22,28 @@ use memtrace_common::{PyOffsets, NO_OFFSET};
 pub struct CodeLayout {
     /// `co_filename` (`PyObject *`, a str).
     pub filename: u64,
-    /// `co_qualname` (`PyObject *`, a str; 3.11+).
+    /// `co_qualname` (`PyObject *`, a str; 3.11+); `co_name` on 3.9 and
+    /// 3.10, which have no qualified name in the code object.
     pub qualname: u64,
     /// `co_linetable` (`PyObject *`, a bytes object; the 3.11+ location
-    /// table of Objects/locations.md).
+    /// table of Objects/locations.md), `co_linetable` of 3.10 or
+    /// `co_lnotab` of 3.9 (both Objects/lnotab_notes.txt).
     pub linetable: u64,
+    /// How the table at `linetable` encodes lines.
+    pub format: LineFormat,
+}
+
+/// The line-table encoding of a version, and what the BPF frame's
+/// `instr_index` counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineFormat {
+    /// 3.9 `co_lnotab`; `instr_index` is `f_lasti`, a byte offset.
+    Lnotab39,
+    /// 3.10 `co_linetable`; `instr_index` is `f_lasti`, in code units.
+    Linetable310,
+    /// 3.11+ location table; `instr_index` is in code units from
+    /// `co_code_adaptive`.
+    Locations,
 }
 
 /// Layout of `PyBytesObject` (Include/cpython/bytesobject.h).
@@ -64,6 +84,12 @@ pub struct VersionLayout {
     /// (Include/internal/pycore_runtime.h; `gilstate.autoTSSkey` on 3.11).
     /// `Py_tss_t._is_initialized` (`int`) is the 4 bytes before it.
     pub runtime_tss_key: u64,
+    /// Offset in `_PyRuntime` of `interpreters.main`
+    /// (`PyInterpreterState *`; Include/internal/pycore_runtime.h).
+    pub runtime_main_interp: u64,
+    /// Offset in `_PyRuntime` of `gilstate.tstate_current`
+    /// (`PyThreadState *`, 3.9–3.11; removed in 3.12).
+    pub runtime_tstate_current: Option<u64>,
     /// Code-object fields read in userspace (`co_firstlineno` is
     /// `walk.code_firstlineno`, read by both halves).
     pub code: CodeLayout,
@@ -80,12 +106,50 @@ const CODE: CodeLayout = CodeLayout {
     filename: 112,
     qualname: 128,
     linetable: 136,
+    format: LineFormat::Locations,
+};
+
+/// 3.9 `PyCodeObject` (Include/cpython/code.h of 3.9.18): `co_filename`
+/// @104, `co_name` @112, `co_lnotab` @120.
+const CODE_3_9: CodeLayout = CodeLayout {
+    filename: 104,
+    qualname: 112,
+    linetable: 120,
+    format: LineFormat::Lnotab39,
+};
+
+/// 3.10 `PyCodeObject` (Include/cpython/code.h of 3.10.13): as 3.9, with
+/// `co_linetable` @120 in place of `co_lnotab`.
+const CODE_3_10: CodeLayout = CodeLayout {
+    linetable: 120,
+    format: LineFormat::Linetable310,
+    ..CODE_3_9
+};
+
+/// The 3.9/3.10 frame walk: `PyThreadState.frame` @24
+/// (Include/cpython/pystate.h), `PyFrameObject.f_back` @24 and `f_code` @32
+/// (Include/cpython/frameobject.h), `co_firstlineno` @40 (code.h). Frames are
+/// `PyFrameObject`s: no entry frames, no owner; `frame_instr_ptr` is
+/// `f_lasti` (an `int`), which `code_adaptive` = [`NO_OFFSET`] signals.
+const WALK_FRAME_OBJECTS: PyOffsets = PyOffsets {
+    tstate_cframe: NO_OFFSET,
+    current_frame: 24,
+    frame_code: 32,
+    frame_previous: 24,
+    frame_instr_ptr: 0,
+    frame_owner: NO_OFFSET,
+    owner_skip_min: NO_OFFSET,
+    code_firstlineno: 40,
+    code_adaptive: NO_OFFSET,
+    code_name: 112,
+    tstate_interp: 16,
+    tstate_thread_id: 176,
 };
 
 /// `PyBytesObject`: `PyObject_VAR_HEAD` (refcount, type, size) then data.
 const BYTES: BytesLayout = BytesLayout { size: 16, data: 32 };
 
-/// 3.11 str headers: `PyASCIIObject` still carries the `wstr` pointer (48
+/// 3.9–3.11 str headers: `PyASCIIObject` still carries the `wstr` pointer (48
 /// bytes) and `PyCompactUnicodeObject` adds `utf8_length`, `utf8` and
 /// `wstr_length` (72 bytes).
 const UNICODE_3_11: UnicodeLayout = UnicodeLayout {
@@ -105,12 +169,48 @@ const UNICODE_3_12: UnicodeLayout = UnicodeLayout {
 
 /// The supported versions, oldest first.
 pub const LAYOUTS: &[VersionLayout] = &[
+    // 3.9: `PyFrameObject.f_lasti` @104 (Include/cpython/frameobject.h),
+    // `_PyRuntime.gilstate.autoTSSkey._key` @588, `interpreters.main` @40,
+    // `gilstate.tstate_current` @568 (Include/internal/pycore_runtime.h);
+    // `PyThreadState.interp` @16, `thread_id` @176 (Include/cpython/pystate.h).
+    VersionLayout {
+        major: 3,
+        minor: 9,
+        walk: PyOffsets {
+            frame_instr_ptr: 104,
+            ..WALK_FRAME_OBJECTS
+        },
+        runtime_tss_key: 588,
+        runtime_main_interp: 40,
+        runtime_tstate_current: Some(568),
+        code: CODE_3_9,
+        bytes: BYTES,
+        unicode: UNICODE_3_11,
+    },
+    // 3.10: `f_lasti` @96 (the `f_stacktop` pointer became the int
+    // `f_stackdepth`); the runtime and thread-state numbers of 3.9.
+    VersionLayout {
+        major: 3,
+        minor: 10,
+        walk: PyOffsets {
+            frame_instr_ptr: 96,
+            ..WALK_FRAME_OBJECTS
+        },
+        runtime_tss_key: 588,
+        runtime_main_interp: 40,
+        runtime_tstate_current: Some(568),
+        code: CODE_3_10,
+        bytes: BYTES,
+        unicode: UNICODE_3_11,
+    },
     // 3.11: Include/internal/pycore_frame.h (`_PyInterpreterFrame`:
     // f_code @32, previous @48, prev_instr @56, owner @69; entry frames are
     // real frames flagged by `is_entry` @68, so nothing is skipped),
     // Include/cpython/pystate.h (`PyThreadState.cframe` @56,
     // `_PyCFrame.current_frame` @8), Include/internal/pycore_runtime.h
-    // (`gilstate.autoTSSkey` @592, `_key` @596).
+    // (`gilstate.autoTSSkey` @592, `_key` @596, `interpreters.main` @48,
+    // `gilstate.tstate_current` @576), `PyThreadState.interp` @16,
+    // `thread_id` @152.
     VersionLayout {
         major: 3,
         minor: 11,
@@ -124,9 +224,13 @@ pub const LAYOUTS: &[VersionLayout] = &[
             owner_skip_min: NO_OFFSET,
             code_firstlineno: 72,
             code_adaptive: 184,
-            _pad: [0; 3],
+            code_name: 128,
+            tstate_interp: 16,
+            tstate_thread_id: 152,
         },
         runtime_tss_key: 596,
+        runtime_main_interp: 48,
+        runtime_tstate_current: Some(576),
         code: CODE,
         bytes: BYTES,
         unicode: UNICODE_3_11,
@@ -134,7 +238,8 @@ pub const LAYOUTS: &[VersionLayout] = &[
     // 3.12: pycore_frame.h (f_code @0, previous @8, prev_instr @56,
     // owner @70; `FRAME_OWNED_BY_CSTACK` = 3 marks the entry frame pushed at
     // every C→Python call), pystate.h (`cframe` @56,
-    // `_PyCFrame.current_frame` @0), pycore_runtime.h (`autoTSSkey` @1544,
+    // `_PyCFrame.current_frame` @0, `interp` @16), pycore_runtime.h
+    // (`interpreters.main` @48, no `tstate_current`; `autoTSSkey` @1544,
     // `_key` @1548).
     VersionLayout {
         major: 3,
@@ -149,9 +254,13 @@ pub const LAYOUTS: &[VersionLayout] = &[
             owner_skip_min: 3,
             code_firstlineno: 68,
             code_adaptive: 192,
-            _pad: [0; 3],
+            code_name: 128,
+            tstate_interp: 16,
+            tstate_thread_id: NO_OFFSET,
         },
         runtime_tss_key: 1548,
+        runtime_main_interp: 48,
+        runtime_tstate_current: None,
         code: CODE,
         bytes: BYTES,
         unicode: UNICODE_3_12,
@@ -159,7 +268,8 @@ pub const LAYOUTS: &[VersionLayout] = &[
     // 3.13: no `_PyCFrame`; `PyThreadState.current_frame` @72
     // (pystate.h), pycore_frame.h (f_executable @0, previous @8,
     // instr_ptr @56, owner @70, `FRAME_OWNED_BY_CSTACK` = 3 with
-    // f_executable = Py_None), pycore_runtime.h (`autoTSSkey` @2160,
+    // f_executable = Py_None), pycore_runtime.h (`interpreters.main` @640,
+    // `PyThreadState.interp` @16; `autoTSSkey` @2160,
     // `_key` @2164). The same numbers are in `_Py_DebugOffsets`.
     VersionLayout {
         major: 3,
@@ -174,9 +284,13 @@ pub const LAYOUTS: &[VersionLayout] = &[
             owner_skip_min: 3,
             code_firstlineno: 68,
             code_adaptive: 200,
-            _pad: [0; 3],
+            code_name: 128,
+            tstate_interp: 16,
+            tstate_thread_id: NO_OFFSET,
         },
         runtime_tss_key: 2164,
+        runtime_main_interp: 640,
+        runtime_tstate_current: None,
         code: CODE,
         bytes: BYTES,
         unicode: UNICODE_3_12,
@@ -216,11 +330,23 @@ mod tests {
     }
 
     #[test]
+    fn the_walk_fingerprints_the_name_userspace_reads() {
+        for layout in LAYOUTS {
+            assert_eq!(u64::from(layout.walk.code_name), layout.code.qualname);
+        }
+    }
+
+    #[test]
     fn lookup_finds_supported_and_rejects_others() {
         assert_eq!(layout(3, 12).map(|l| l.walk.frame_owner), Some(70));
         assert_eq!(layout(3, 11).map(|l| l.runtime_tss_key), Some(596));
-        assert!(layout(3, 10).is_none());
+        assert_eq!(layout(3, 10).map(|l| l.walk.frame_instr_ptr), Some(96));
+        assert_eq!(
+            layout(3, 9).map(|l| l.code.format),
+            Some(LineFormat::Lnotab39)
+        );
+        assert!(layout(3, 8).is_none());
         assert!(layout(2, 7).is_none());
-        assert_eq!(supported_versions(), "3.11, 3.12, 3.13");
+        assert_eq!(supported_versions(), "3.9, 3.10, 3.11, 3.12, 3.13");
     }
 }

@@ -7,7 +7,10 @@
 //! defines `_PyRuntime` (libpython3.X.so for shared builds, the executable
 //! for static builds such as Debian's `/usr/bin/python3.11`), compute its
 //! load bias from its `PT_LOAD` segments and the mapping, read `Py_Version`
-//! through /proc/PID/mem, look the version up in `offsets::LAYOUTS`, and read
+//! through /proc/PID/mem (3.9 and 3.10 have none: their version comes from
+//! the file name and `.rodata`, see `version`), refuse free-threaded builds,
+//! check 3.13+'s `_Py_DebugOffsets` against the table (`debug_offsets`),
+//! look the version up in `offsets::LAYOUTS`, and read
 //! the pthread TSS key of `_PyRuntime.autoTSSkey`.
 
 use std::collections::HashSet;
@@ -17,12 +20,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use memtrace_common::PyProcessInfo;
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use procfs::process::{MMapPath, MemoryMap};
 use thiserror::Error;
 
+use super::debug_offsets::{self, DEBUG_OFFSETS_3_13_BYTES};
 use super::mem::{MemError, ProcessMemory};
 use super::offsets::{self, VersionLayout};
+use super::version;
 
 /// The glibc x86-64 fast path the BPF program uses reads only the first
 /// level of thread-specific data (`struct pthread.specific_1stblock`), which
@@ -55,6 +60,15 @@ impl PythonVersion {
     }
 }
 
+impl PythonVersion {
+    /// Encodes as `PY_VERSION_HEX` of a final release (level `0xf`, serial
+    /// 0), for versions found without `Py_Version`.
+    #[must_use]
+    pub fn to_hex(self) -> u32 {
+        u32::from_be_bytes([self.major, self.minor, self.micro, 0xf0])
+    }
+}
+
 impl fmt::Display for PythonVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}.{}", self.major, self.minor, self.micro)
@@ -69,6 +83,8 @@ pub struct PythonProcess {
     /// The mapped file that defines `_PyRuntime` (libpython or the
     /// executable), as named in /proc/PID/maps.
     pub binary: PathBuf,
+    /// Address of `_PyRuntime` in the process.
+    pub runtime_addr: u64,
     /// What the BPF frame walk needs (the `PY_PROCESSES` map value).
     pub info: PyProcessInfo,
     /// Struct layouts of this version, for userspace reads.
@@ -136,8 +152,9 @@ pub enum ProbeError {
         /// The file.
         binary: PathBuf,
     },
-    /// `_PyRuntime` is defined but `Py_Version` is not: CPython before 3.11.
-    #[error("`{binary}` defines _PyRuntime but not Py_Version, so it is CPython 3.10 or older; supported versions: {supported}")]
+    /// `_PyRuntime` is defined but `Py_Version` is not (CPython before 3.11)
+    /// and the file name does not say the version either.
+    #[error("`{binary}` defines _PyRuntime but neither Py_Version nor its file name (pythonM.N) gives its version; supported versions: {supported}")]
     NoVersionSymbol {
         /// The file.
         binary: PathBuf,
@@ -153,6 +170,55 @@ pub enum ProbeError {
         binary: PathBuf,
         /// The supported versions.
         supported: String,
+    },
+    /// A 3.13+ `_PyRuntime` does not start with `_Py_DebugOffsets`.
+    #[error("CPython {version} (`{binary}`): _PyRuntime does not start with the _Py_DebugOffsets cookie \"xdebugpy\"; stacks off")]
+    NoDebugOffsets {
+        /// The version from `Py_Version`.
+        version: PythonVersion,
+        /// The file.
+        binary: PathBuf,
+    },
+    /// `_Py_DebugOffsets.version` is not `Py_Version`.
+    #[error("CPython {version} (`{binary}`): its _Py_DebugOffsets describes version {found:#x}; stacks off")]
+    DebugOffsetsVersion {
+        /// The version from `Py_Version`.
+        version: PythonVersion,
+        /// The file.
+        binary: PathBuf,
+        /// `_Py_DebugOffsets.version`.
+        found: u64,
+    },
+    /// A free-threaded (`Py_GIL_DISABLED`, PEP 703) build: its object
+    /// headers and frames differ from the table's GIL builds.
+    #[error("CPython {version} (`{binary}`) is a free-threaded build (Py_GIL_DISABLED): stacks off, only GIL builds are supported")]
+    FreeThreaded {
+        /// The version.
+        version: PythonVersion,
+        /// The file.
+        binary: PathBuf,
+    },
+    /// A 3.13+ minor version that memtrace's table does not hold.
+    #[error("CPython {}.{}: offsets not in memtrace's table; stacks off (`{binary}`, version {version}; supported versions: {supported})", version.major, version.minor)]
+    OffsetsNotInTable {
+        /// The version.
+        version: PythonVersion,
+        /// The file.
+        binary: PathBuf,
+        /// The supported versions.
+        supported: String,
+    },
+    /// `_Py_DebugOffsets` disagrees with memtrace's table.
+    #[error("CPython {version}: _Py_DebugOffsets.{field} is {}, memtrace's table says {table}; stacks off", found.map_or_else(|| "unreadable".to_owned(), |v| v.to_string()))]
+    DebugOffsetsMismatch {
+        /// The version.
+        version: PythonVersion,
+        /// The field, e.g. `interpreter_frame.instr_ptr`.
+        field: &'static str,
+        /// Its value in the process (`None`: past the bytes read).
+        found: Option<u64>,
+        /// The table's value.
+        table: u64,
     },
     /// Reading the process's memory failed.
     #[error("cannot read python runtime state of process {tgid}: {source}")]
@@ -201,6 +267,9 @@ pub fn probe(tgid: u32) -> Result<Probe, ProbeError> {
 struct RuntimeSymbols {
     runtime_addr: u64,
     version_addr: Option<u64>,
+    /// The version from the file name and `.rodata` when `Py_Version` is
+    /// absent (3.10 and older).
+    name_version: Option<PythonVersion>,
 }
 
 /// Files that may hold `_PyRuntime`: the executable, then every mapped file
@@ -254,6 +323,13 @@ fn find_runtime(
     let Some(runtime) = runtime else {
         return Ok(None);
     };
+    let name_version = if version.is_none() {
+        let rodata = elf.section_by_name(".rodata");
+        let rodata = rodata.as_ref().and_then(|s| s.data().ok()).unwrap_or(&[]);
+        version::from_binary(path, rodata)
+    } else {
+        None
+    };
     let bias = load_bias(&elf, maps, path).ok_or_else(|| ProbeError::NoLoadBias {
         tgid,
         binary: path.to_owned(),
@@ -261,6 +337,7 @@ fn find_runtime(
     Ok(Some(RuntimeSymbols {
         runtime_addr: runtime.wrapping_add(bias),
         version_addr: version.map(|addr| addr.wrapping_add(bias)),
+        name_version,
     }))
 }
 
@@ -322,18 +399,33 @@ fn load_bias<'data, R: object::ReadRef<'data>>(
 
 /// Reads the version and the TSS key once `_PyRuntime` is located.
 fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<Probe, ProbeError> {
-    let Some(version_addr) = symbols.version_addr else {
-        return Err(ProbeError::NoVersionSymbol {
-            binary,
-            supported: offsets::supported_versions(),
-        });
-    };
     let memory = ProcessMemory::open(tgid).map_err(|source| memory_error(tgid, source))?;
-    let version_hex = memory
-        .read_u32(version_addr)
-        .map_err(|source| memory_error(tgid, source))?;
+    let version_hex = match (symbols.version_addr, symbols.name_version) {
+        (Some(addr), _) => memory
+            .read_u32(addr)
+            .map_err(|source| memory_error(tgid, source))?,
+        (None, Some(version)) => version.to_hex(),
+        (None, None) => {
+            return Err(ProbeError::NoVersionSymbol {
+                binary,
+                supported: offsets::supported_versions(),
+            })
+        }
+    };
     let version = PythonVersion::from_hex(version_hex);
-    let Some(layout) = offsets::layout(version.major, version.minor) else {
+    let free_threaded_name = version::from_file_name(&binary).is_some_and(|n| n.free_threaded);
+    if free_threaded_name {
+        return Err(ProbeError::FreeThreaded { version, binary });
+    }
+    let layout = if (version.major, version.minor) >= (3, 13) {
+        let debug = memory
+            .read_array::<DEBUG_OFFSETS_3_13_BYTES>(symbols.runtime_addr)
+            .map_err(|source| memory_error(tgid, source))?;
+        Some(debug_offsets::check(&debug, version_hex, &binary)?)
+    } else {
+        offsets::layout(version.major, version.minor)
+    };
+    let Some(layout) = layout else {
         return Err(ProbeError::UnsupportedVersion {
             version,
             binary,
@@ -354,13 +446,22 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
     if tss_key >= MAX_TSS_KEY {
         return Err(ProbeError::TssKeyTooLarge { tgid, key: tss_key });
     }
+    let runtime = symbols.runtime_addr;
+    let main_interp = memory
+        .read_u64(runtime.wrapping_add(layout.runtime_main_interp))
+        .map_err(|source| memory_error(tgid, source))?;
     Ok(Probe::Python(PythonProcess {
         version,
         binary,
+        runtime_addr: runtime,
         info: PyProcessInfo {
             version_hex,
             tss_key,
             offsets: layout.walk,
+            main_interp,
+            tstate_current_addr: layout
+                .runtime_tstate_current
+                .map_or(0, |offset| runtime.wrapping_add(offset)),
         },
         layout,
     }))
@@ -436,6 +537,12 @@ pub(crate) mod tests {
         assert!(python.binary.ends_with(binary_name), "{:?}", python.binary);
         assert!(python.info.tss_key < MAX_TSS_KEY);
         assert_eq!(python.info.offsets, python.layout.walk);
+        assert_ne!(python.info.main_interp, 0);
+        if python.version.minor >= 11 {
+            // 3.11+: the main interpreter is `_PyRuntime._main_interpreter`.
+            let inside = python.runtime_addr..python.runtime_addr + 0x10_0000;
+            assert!(inside.contains(&python.info.main_interp), "{python:?}");
+        }
         assert_eq!(
             PythonVersion::from_hex(python.info.version_hex),
             python.version
@@ -475,16 +582,36 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn rejects_python_3_10() {
-        let Some(interp) = spawn("~/.pyenv/versions/3.10.13/bin/python3.10", SLEEP) else {
+    fn probes_pyenv_3_9_shared() {
+        probe_python(
+            "~/.pyenv/versions/3.9.18/bin/python3.9",
+            "3.9.18",
+            "libpython3.9.so.1.0",
+        );
+    }
+
+    #[test]
+    fn probes_pyenv_3_10_shared() {
+        probe_python(
+            "~/.pyenv/versions/3.10.13/bin/python3.10",
+            "3.10.13",
+            "libpython3.10.so.1.0",
+        );
+    }
+
+    #[test]
+    fn rejects_python_3_8() {
+        let Some(interp) = spawn("~/.pyenv/versions/3.8.18/bin/python3.8", SLEEP) else {
             return;
         };
         let error = probe(interp.child.id()).unwrap_err();
         assert!(
-            matches!(error, ProbeError::NoVersionSymbol { .. }),
+            matches!(error, ProbeError::UnsupportedVersion { .. }),
             "{error}"
         );
-        assert!(error.to_string().contains("3.11, 3.12, 3.13"), "{error}");
+        let message = error.to_string();
+        assert!(message.contains("python 3.8.18"), "{message}");
+        assert!(message.contains("3.9, 3.10, 3.11, 3.12, 3.13"), "{message}");
     }
 
     #[test]
@@ -504,6 +631,7 @@ pub(crate) mod tests {
     fn version_hex_decodes() {
         let version = PythonVersion::from_hex(0x030b_07f0);
         assert_eq!(version.to_string(), "3.11.7");
+        assert_eq!(version.to_hex(), 0x030b_07f0);
         assert_eq!(PythonVersion::from_hex(0x030c_01f0).minor, 12);
     }
 }

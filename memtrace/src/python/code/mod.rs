@@ -17,12 +17,13 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use memtrace_common::PyFrame;
+use memtrace_common::{code_fingerprint, PyFrame, CODE_SHAPE_OFFSET};
 use thiserror::Error;
 
 use super::linetable::{self, LineTableError};
+use super::lnotab;
 use super::mem::{MemError, ProcessMemory, MAX_STRING_BYTES, MAX_TABLE_BYTES};
-use super::offsets::{UnicodeLayout, VersionLayout};
+use super::offsets::{LineFormat, UnicodeLayout, VersionLayout};
 use super::probe::PythonProcess;
 
 /// Where a Python frame was.
@@ -67,18 +68,19 @@ pub enum ResolveError {
         /// The process.
         tgid: u32,
     },
-    /// The code object's `co_firstlineno` differs from the one BPF read: the
-    /// address now holds another code object (or garbage).
-    #[error("code object {code_addr:#x} of process {tgid} has first line {found}, the frame said {expected}")]
+    /// The code object's fingerprint (`co_firstlineno` and name pointer,
+    /// `memtrace_common::code_fingerprint`) differs from the one BPF read:
+    /// the address now holds another code object (or garbage).
+    #[error("code object {code_addr:#x} of process {tgid} has fingerprint {found:#x}, the frame said {expected:#x}")]
     FingerprintMismatch {
         /// The process.
         tgid: u32,
         /// The code object.
         code_addr: u64,
-        /// `first_lineno` from the BPF frame.
+        /// The fingerprint of the BPF frame.
         expected: u32,
-        /// `co_firstlineno` read now.
-        found: i32,
+        /// The fingerprint of the code object read now.
+        found: u32,
     },
     /// A str object that is not a compact str of kind 1, 2 or 4.
     #[error("object {addr:#x} of process {tgid} is not a compact str (state {state:#x})")]
@@ -128,9 +130,16 @@ struct Registered {
 #[derive(Clone, Debug)]
 struct CodeObject {
     first_lineno: i32,
+    /// Address of the name str (`co_qualname`, or `co_name` on 3.9/3.10),
+    /// part of the fingerprint.
+    name_addr: u64,
+    /// The word at `CODE_SHAPE_OFFSET`, part of the fingerprint.
+    shape: u64,
     function: String,
     file: String,
     linetable: Vec<u8>,
+    /// How `linetable` encodes lines.
+    format: LineFormat,
     /// Memo: instruction index → line.
     lines: HashMap<i32, u32>,
 }
@@ -311,17 +320,28 @@ impl CodeObject {
         let linetable = pointer(code.linetable);
         Ok(Self {
             first_lineno,
+            name_addr: qualname,
+            shape: field::<8>(&header, CODE_SHAPE_OFFSET).map_or(0, u64::from_le_bytes),
             function: read_str(memory, &layout.unicode, qualname)?,
-            file: read_str(memory, &layout.unicode, filename)?,
+            file: display_file(read_str(memory, &layout.unicode, filename)?),
             linetable: read_bytes(memory, layout, linetable)?,
+            format: code.format,
             lines: HashMap::new(),
         })
     }
 
-    /// Whether this code object's `co_firstlineno` is the frame's
-    /// fingerprint.
+    /// The fingerprint BPF computes for this code object.
+    fn fingerprint(&self) -> u32 {
+        code_fingerprint(
+            self.first_lineno.cast_unsigned(),
+            self.name_addr,
+            self.shape,
+        )
+    }
+
+    /// Whether this code object's fingerprint is the frame's.
     fn matches(&self, frame: &PyFrame) -> bool {
-        i64::from(self.first_lineno) == i64::from(frame.first_lineno)
+        self.fingerprint() == frame.fingerprint
     }
 
     /// Accepts the code object only if it [`matches`](Self::matches) the
@@ -333,8 +353,8 @@ impl CodeObject {
             Err(ResolveError::FingerprintMismatch {
                 tgid,
                 code_addr: frame.code_addr,
-                expected: frame.first_lineno,
-                found: self.first_lineno,
+                expected: frame.fingerprint,
+                found: self.fingerprint(),
             })
         }
     }
@@ -344,7 +364,8 @@ impl CodeObject {
         if let Some(&line) = self.lines.get(&frame.instr_index) {
             return Ok(line);
         }
-        let line = linetable::line_for_index(&self.linetable, self.first_lineno, frame.instr_index)
+        let line = self
+            .decode_line(frame.instr_index)
             .map_err(|source| ResolveError::LineTable {
                 tgid,
                 code_addr: frame.code_addr,
@@ -355,7 +376,32 @@ impl CodeObject {
         self.lines.insert(frame.instr_index, line);
         Ok(line)
     }
+
+    /// Line of `instr_index` in this code object's table, as its version
+    /// encodes it.
+    fn decode_line(&self, instr_index: i32) -> Result<Option<u32>, LineTableError> {
+        let (table, first) = (&self.linetable, self.first_lineno);
+        match self.format {
+            LineFormat::Lnotab39 => lnotab::line_3_9(table, first, instr_index).map(Some),
+            LineFormat::Linetable310 => lnotab::line_3_10(table, first, instr_index),
+            LineFormat::Locations => linetable::line_for_index(table, first, instr_index),
+        }
+    }
 }
+
+/// The file name to show for `co_filename`: `<string>` for an empty one
+/// (`compile(source, "", "exec")`), which would otherwise print as `(:2)`;
+/// `<string>` is what `exec` and `compile` name code given no file.
+fn display_file(file: String) -> String {
+    if file.is_empty() {
+        EMPTY_FILE_NAME.to_owned()
+    } else {
+        file
+    }
+}
+
+/// [`display_file`] of an empty file name.
+const EMPTY_FILE_NAME: &str = "<string>";
 
 /// The `N` bytes at `offset` of `bytes`, if in range.
 fn field<const N: usize>(bytes: &[u8], offset: u64) -> Option<[u8; N]> {
@@ -431,391 +477,11 @@ fn read_bytes(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::python::probe::tests::spawn;
-    use crate::python::probe::{probe, Probe};
-
-    /// Prints, for three code objects (ASCII, Latin-1 and UCS-2 names; a
-    /// UCS-4 file name), their address, first line, names and one
-    /// (instruction index, line) pair from `co_positions()`. With `FORK`
-    /// set it forks first and the child prints instead, adding a child-only
-    /// code object.
-    const SCRIPT: &str = r#"
-import json, os, sys, time
-src = '''
-def café(x):
-    y = x + 1
-    return y
-
-class Klass:
-    def 函数(self):
-        z = 2
-        return z
-'''
-ns = {}
-exec(compile(src, "файл😀.py", "exec"), ns)
-def plain():
-    a = 1
-    b = a + 1
-    return b
-def describe(c):
-    pos = [p[0] for p in c.co_positions()]
-    idx = max(i for i, l in enumerate(pos) if l is not None)
-    return {"addr": id(c), "first": c.co_firstlineno, "qualname": c.co_qualname,
-            "file": c.co_filename, "index": idx, "line": pos[idx]}
-codes = [plain.__code__, ns["café"].__code__, ns["Klass"].__dict__["函数"].__code__]
-if FORK and os.fork() == 0:
-    def child_only():
-        return 3
-    codes.append(child_only.__code__)
-    print(json.dumps({"pid": os.getpid(), "codes": [describe(c) for c in codes]}), flush=True)
-    time.sleep(60)
-elif not FORK:
-    print(json.dumps({"pid": os.getpid(), "codes": [describe(c) for c in codes]}), flush=True)
-time.sleep(60)
-"#;
-
-    #[derive(serde::Deserialize)]
-    struct Described {
-        addr: u64,
-        first: u32,
-        qualname: String,
-        file: String,
-        index: i32,
-        line: u32,
-    }
-
-    #[derive(serde::Deserialize)]
-    struct Output {
-        pid: u32,
-        codes: Vec<Described>,
-    }
-
-    fn frame(code: &Described, instr_index: i32) -> PyFrame {
-        PyFrame {
-            code_addr: code.addr,
-            instr_index,
-            first_lineno: code.first,
-        }
-    }
-
-    fn resolve_in(exe: &str) {
-        let Some(interp) = spawn(exe, &format!("FORK = False\n{SCRIPT}")) else {
-            return;
-        };
-        let output: Output = serde_json::from_str(&interp.first_line).unwrap();
-        let Probe::Python(python) = probe(output.pid).unwrap() else {
-            panic!("{exe} not detected");
-        };
-        let mut resolver = FrameResolver::new();
-        resolver.register(output.pid, &python);
-        for code in &output.codes {
-            let at_start = resolver.resolve(output.pid, &frame(code, -1)).unwrap();
-            assert_eq!(
-                at_start,
-                PyLocation {
-                    function: code.qualname.clone(),
-                    file: code.file.clone(),
-                    line: code.first,
-                }
-            );
-            let running = resolver
-                .resolve(output.pid, &frame(code, code.index))
-                .unwrap();
-            assert_eq!(running.line, code.line, "{}", code.qualname);
-            assert_ne!(code.line, code.first, "{}", code.qualname);
-            let stale = PyFrame {
-                first_lineno: code.first + 1,
-                ..frame(code, 0)
-            };
-            assert!(matches!(
-                resolver.resolve(output.pid, &stale),
-                Err(ResolveError::FingerprintMismatch { .. })
-            ));
-        }
-        let names: Vec<_> = output.codes.iter().map(|c| c.qualname.as_str()).collect();
-        assert_eq!(names, ["plain", "café", "Klass.函数"]);
-        assert_eq!(output.codes[1].file, "файл😀.py");
-        resolver.forget(output.pid);
-        assert!(matches!(
-            resolver.resolve(output.pid, &frame(&output.codes[0], -1)),
-            Err(ResolveError::UnknownProcess { .. })
-        ));
-    }
-
-    #[test]
-    fn resolves_3_11_shared() {
-        resolve_in("~/.pyenv/versions/3.11.7/bin/python3.11");
-    }
-
-    #[test]
-    fn resolves_3_11_debian_static() {
-        resolve_in("/usr/bin/python3.11");
-    }
-
-    #[test]
-    fn resolves_3_12_shared() {
-        resolve_in("~/.pyenv/versions/3.12.1/bin/python3.12");
-    }
-
-    #[test]
-    fn resolves_3_13_shared() {
-        resolve_in("~/.pyenv/versions/3.13.0/bin/python3.13");
-    }
-
-    /// A forked child resolves from its own memory, and from its parent's
-    /// once it has exited.
-    #[test]
-    fn exited_child_falls_back_to_parent() {
-        let script = format!("FORK = True\n{SCRIPT}");
-        let Some(interp) = spawn("~/.pyenv/versions/3.12.1/bin/python3.12", &script) else {
-            return;
-        };
-        let parent = interp.child.id();
-        let output: Output = serde_json::from_str(&interp.first_line).unwrap();
-        let child = output.pid;
-        assert_ne!(child, parent);
-        let Probe::Python(python) = probe(parent).unwrap() else {
-            panic!("parent not detected");
-        };
-        let mut resolver = FrameResolver::new();
-        resolver.register(parent, &python);
-        assert!(resolver.inherit(child, parent));
-        assert!(!resolver.inherit(child + 1_000_000, 1));
-        let child_only = &output.codes[3];
-        assert_eq!(
-            resolver
-                .resolve(child, &frame(child_only, -1))
-                .unwrap()
-                .function,
-            "child_only"
-        );
-        let child_pid = nix::unistd::Pid::from_raw(i32::try_from(child).unwrap());
-        nix::sys::signal::kill(child_pid, nix::sys::signal::Signal::SIGKILL).unwrap();
-        // The parent never reaps it: wait until it is a zombie (its memory is gone).
-        for _ in 0..100 {
-            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
-            if stat.contains(") Z ") || stat.is_empty() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let inherited = &output.codes[0];
-        let location = resolver
-            .resolve(child, &frame(inherited, inherited.index))
-            .unwrap();
-        assert_eq!(
-            (location.function.as_str(), location.line),
-            ("plain", inherited.line)
-        );
-        resolver.forget(parent);
-        assert!(matches!(
-            resolver.resolve(child, &frame(&output.codes[1], -1)),
-            Err(ResolveError::Memory { .. })
-        ));
-    }
-
-    /// A registered process with no open memory and `codes` cached.
-    fn unreadable(parent: Option<u32>, codes: HashMap<u64, CodeObject>) -> Registered {
-        Registered {
-            layout: crate::python::offsets::layout(3, 12).unwrap(),
-            memory: None,
-            parent,
-            codes,
-        }
-    }
-
-    /// A forked child takes a code object from its parent's cache when the
-    /// fingerprint matches, without reading memory (none is open here), and
-    /// caches it itself; a mismatching cached object is not taken.
-    #[test]
-    fn child_uses_the_parent_cache_when_the_fingerprint_matches() {
-        let code = CodeObject {
-            first_lineno: 10,
-            function: "Cache.put".to_owned(),
-            file: "cache.py".to_owned(),
-            // code 13, 1 unit, line +2 (svarint 4).
-            linetable: vec![0xe8, 4],
-            lines: HashMap::new(),
-        };
-        let mut resolver = FrameResolver::new();
-        let parent_codes = HashMap::from([(0x1000, code)]);
-        resolver.processes.insert(1, unreadable(None, parent_codes));
-        resolver
-            .processes
-            .insert(2, unreadable(Some(1), HashMap::new()));
-        resolver
-            .processes
-            .insert(3, unreadable(Some(2), HashMap::new()));
-        let frame = PyFrame {
-            code_addr: 0x1000,
-            instr_index: 0,
-            first_lineno: 10,
-        };
-        let expected = PyLocation {
-            function: "Cache.put".to_owned(),
-            file: "cache.py".to_owned(),
-            line: 12,
-        };
-        assert_eq!(resolver.resolve(3, &frame).unwrap(), expected);
-        assert!(resolver.processes[&3].codes.contains_key(&0x1000));
-        assert!(!resolver.processes[&2].codes.contains_key(&0x1000));
-        let stale = PyFrame {
-            first_lineno: 11,
-            ..frame
-        };
-        assert!(matches!(
-            resolver.resolve(2, &stale),
-            Err(ResolveError::NoMemory { tgid: 2 })
-        ));
-        assert!(matches!(
-            resolver.resolve(9, &frame),
-            Err(ResolveError::UnknownProcess { tgid: 9 })
-        ));
-        // A failed resolve leaves the process registered.
-        assert_eq!(resolver.resolve(2, &frame).unwrap(), expected);
-    }
-
-    #[test]
-    fn decodes_each_kind() {
-        assert_eq!(decode_code_points(b"caf\xe9", 1), "café");
-        assert_eq!(decode_code_points(&[0xfd, 0x51, 0x70, 0x65], 2), "函数");
-        assert_eq!(decode_code_points(&[0x00, 0xf6, 0x01, 0x00], 4), "😀");
-        assert_eq!(decode_code_points(&[0x00, 0xd8], 2), "\u{fffd}");
-        assert_eq!(decode_code_points(&[0xff, 0xff, 0xff, 0xff], 4), "\u{fffd}");
-    }
-}
+mod tests;
 
 /// A userspace replica of the kernel-side walk (python-stacks.md §5) over a
 /// sleeping interpreter: checks the BPF offsets of `offsets::LAYOUTS`, the
 /// TSS key of `probe` and the resolver end to end against what the
 /// interpreter itself reports.
 #[cfg(test)]
-mod walk_tests {
-    use super::*;
-    use crate::python::probe::tests::spawn;
-    use crate::python::probe::{probe, Probe};
-    use memtrace_common::{PyOffsets, NO_OFFSET};
-
-    /// Prints its thread state address, the pthread keys whose slot holds
-    /// it, and its stack (co_name, line), then sleeps on the same line.
-    const SCRIPT: &str = r#"
-import ctypes, json, sys, time, traceback
-api = ctypes.pythonapi
-api.PyGILState_GetThisThreadState.restype = ctypes.c_void_p
-libc = ctypes.CDLL(None)
-libc.pthread_getspecific.restype = ctypes.c_void_p
-libc.pthread_getspecific.argtypes = [ctypes.c_uint]
-def leaf():
-    ts = api.PyGILState_GetThisThreadState()
-    keys = [k for k in range(32) if libc.pthread_getspecific(k) == ts]
-    print(json.dumps({"tstate": ts, "keys": keys, "stack": [[f.name, f.lineno] for f in traceback.extract_stack()]}), flush=True); time.sleep(60)
-def middle():
-    leaf()
-class Outer:
-    def run(self):
-        middle()
-Outer().run()
-"#;
-
-    #[derive(serde::Deserialize)]
-    struct Output {
-        tstate: u64,
-        keys: Vec<u32>,
-        stack: Vec<(String, u32)>,
-    }
-
-    /// The §5 walk, innermost frame first.
-    fn walk(memory: &ProcessMemory, tstate: u64, offsets: &PyOffsets) -> Vec<PyFrame> {
-        let mut frame = if offsets.tstate_cframe == NO_OFFSET {
-            memory
-                .read_u64(tstate + u64::from(offsets.current_frame))
-                .unwrap()
-        } else {
-            let cframe = memory
-                .read_u64(tstate + u64::from(offsets.tstate_cframe))
-                .unwrap();
-            memory
-                .read_u64(cframe + u64::from(offsets.current_frame))
-                .unwrap()
-        };
-        let mut frames = Vec::new();
-        while frame != 0 && frames.len() < memtrace_common::MAX_FRAMES {
-            let previous = memory
-                .read_u64(frame + u64::from(offsets.frame_previous))
-                .unwrap();
-            let owner = memory
-                .read_array::<1>(frame + u64::from(offsets.frame_owner))
-                .unwrap()[0];
-            if offsets.owner_skip_min != NO_OFFSET && u16::from(owner) >= offsets.owner_skip_min {
-                frame = previous;
-                continue;
-            }
-            let code = memory
-                .read_u64(frame + u64::from(offsets.frame_code))
-                .unwrap();
-            let instr = memory
-                .read_u64(frame + u64::from(offsets.frame_instr_ptr))
-                .unwrap();
-            let first = memory
-                .read_u32(code + u64::from(offsets.code_firstlineno))
-                .unwrap();
-            let delta = i64::try_from(instr).unwrap()
-                - i64::try_from(code + u64::from(offsets.code_adaptive)).unwrap();
-            frames.push(PyFrame {
-                code_addr: code,
-                instr_index: i32::try_from(delta / 2).unwrap(),
-                first_lineno: first,
-            });
-            frame = previous;
-        }
-        frames
-    }
-
-    fn walk_in(exe: &str) {
-        let Some(interp) = spawn(exe, SCRIPT) else {
-            return;
-        };
-        let output: Output = serde_json::from_str(&interp.first_line).unwrap();
-        let tgid = interp.child.id();
-        let Probe::Python(python) = probe(tgid).unwrap() else {
-            panic!("{exe} not detected");
-        };
-        assert_eq!(output.keys, [python.info.tss_key], "{exe}");
-        let memory = ProcessMemory::open(tgid).unwrap();
-        let frames = walk(&memory, output.tstate, &python.info.offsets);
-        let mut resolver = FrameResolver::new();
-        resolver.register(tgid, &python);
-        let mut got: Vec<(String, u32)> = frames
-            .iter()
-            .map(|frame| {
-                let location = resolver.resolve(tgid, frame).unwrap();
-                let name = location.function.rsplit('.').next().unwrap().to_owned();
-                (name, location.line)
-            })
-            .collect();
-        got.reverse();
-        assert_eq!(got, output.stack, "{exe}");
-    }
-
-    #[test]
-    fn walks_3_11_shared() {
-        walk_in("~/.pyenv/versions/3.11.7/bin/python3.11");
-    }
-
-    #[test]
-    fn walks_3_11_debian_static() {
-        walk_in("/usr/bin/python3.11");
-    }
-
-    #[test]
-    fn walks_3_12_shared() {
-        walk_in("~/.pyenv/versions/3.12.1/bin/python3.12");
-    }
-
-    #[test]
-    fn walks_3_13_shared() {
-        walk_in("~/.pyenv/versions/3.13.0/bin/python3.13");
-    }
-}
+mod walk_tests;
