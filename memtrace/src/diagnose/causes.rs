@@ -142,9 +142,10 @@ fn finding_functions(report: &Report, finding: &Finding) -> Vec<String> {
     functions
 }
 
-/// Folds each cause into an earlier one about the same growth: its
-/// processes are among the earlier cause's and its largest place is the
-/// same function (the growth told by another pattern).
+/// Folds each cause into an earlier one about the same growth: the
+/// processes of one are among the other's and their largest place is the
+/// same function (the growth told by another pattern: one worker outgrows
+/// its siblings, and it and they retain through that function).
 fn merge_same_growth(report: &Report, findings: &[Finding], causes: Vec<Cause>) -> Vec<Cause> {
     let mut merged: Vec<Cause> = Vec::new();
     for cause in causes {
@@ -156,6 +157,7 @@ fn merge_same_growth(report: &Report, findings: &[Finding], causes: Vec<Cause>) 
                     earlier.also_patterns.push(cause.pattern);
                 }
                 earlier.findings.extend(cause.findings);
+                earlier.processes = processes(report, findings, earlier);
                 earlier.places = places(report, findings, earlier);
             }
             None => merged.push(cause),
@@ -170,11 +172,9 @@ fn same_growth(earlier: &Cause, later: &Cause) -> bool {
         Some(Frame::Python { function, file, .. }) => Some((function.clone(), file.clone())),
         _ => None,
     };
+    let within = |a: &Cause, b: &Cause| a.processes.iter().all(|p| b.processes.contains(p));
     !later.processes.is_empty()
-        && later
-            .processes
-            .iter()
-            .all(|p| earlier.processes.contains(p))
+        && (within(later, earlier) || within(earlier, later))
         && function(earlier).is_some()
         && function(earlier) == function(later)
 }

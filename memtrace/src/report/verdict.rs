@@ -8,7 +8,7 @@
 //! line.
 
 use crate::aggregate::{ProcessKind, ProcessReport, Report};
-use crate::diagnose::{Cause, Diagnosed, Pattern, Place, Strength};
+use crate::diagnose::{Cause, Diagnosed, Pattern, Place, Scope, Strength};
 use crate::units::format_bytes;
 
 use super::text::{self, pattern_name, short_command};
@@ -156,7 +156,7 @@ fn cause_text(report: &Diagnosed, number: usize, cause: &Cause) -> CauseText {
     CauseText {
         number,
         strength: cause.strength,
-        patterns: patterns(cause),
+        patterns: patterns(report, cause),
         who: who(report, cause),
         what,
         how_much: how_much(report, cause),
@@ -214,15 +214,37 @@ fn brief(report: &Diagnosed, cause: &Cause) -> String {
             details.push("at import".to_owned());
         }
     }
-    format!("{} in {who} ({})", patterns(cause), details.join(", "))
+    format!(
+        "{} in {who} ({})",
+        patterns(report, cause),
+        details.join(", ")
+    )
 }
 
 /// The cause's pattern and the others its growth also shows: `one process
 /// grows + retention`.
-fn patterns(cause: &Cause) -> String {
+/// A pattern seen in only some of the cause's processes names them: `retention +
+/// one process grows (tgid 4312)`.
+fn patterns(report: &Diagnosed, cause: &Cause) -> String {
     std::iter::once(cause.pattern)
         .chain(cause.also_patterns.iter().copied())
-        .map(pattern_name)
+        .map(|pattern| {
+            let tgids: Vec<String> = cause
+                .findings
+                .iter()
+                .map(|&i| &report.diagnosis[i])
+                .filter(|f| f.pattern == pattern)
+                .filter_map(|f| match f.scope {
+                    Scope::Process { process, .. } => report.process(process).map(|p| p.name()),
+                    Scope::Tree => None,
+                })
+                .collect();
+            if cause.tree || tgids.is_empty() || tgids.len() >= cause.processes.len() {
+                pattern_name(pattern).to_owned()
+            } else {
+                format!("{} ({})", pattern_name(pattern), tgids.join(", "))
+            }
+        })
         .collect::<Vec<_>>()
         .join(" + ")
 }

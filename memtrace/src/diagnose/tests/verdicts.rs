@@ -12,10 +12,16 @@ use crate::report::verdict::{self, MAX_VERDICT_LINES};
 /// evidence on its own), then idle until 9 s: a pre-fork service leaking
 /// through one cache.
 fn leaking_workers() -> Report {
+    workers_leaking_at(&[(201, 24), (202, 20), (203, 16), (204, 12), (205, 6)])
+}
+
+/// A master and one worker per `(tgid, MiB/s)` keeping what `remember`
+/// caches at that rate for 4.5 s, then idling until 9 s.
+fn workers_leaking_at(rates: &[(u32, u64)]) -> Report {
     let mut run = Run::new();
     let master = run.root(200, 0, 20);
     run.flat(master, 0, 9 * S, at(20, 2_000));
-    for (tgid, mib_per_s) in [(201, 24), (202, 20), (203, 16), (204, 12), (205, 6)] {
+    for &(tgid, mib_per_s) in rates {
         let id = run.fork(tgid, master, S / 10, 12);
         let busy: Vec<(u64, u64)> = (0..=9)
             .map(|i| (12 + mib_per_s * i / 2, 20_000 * i))
@@ -148,5 +154,27 @@ fn import_time_growth_is_named_by_the_importing_line_and_not_called_a_cache() {
     assert!(
         lines.contains("<module> (app.py:3) via _compile_bytecode (<frozen importlib._bootstrap_external>:729), at import: 40.0 MiB held at the end"),
         "{lines}"
+    );
+}
+
+#[test]
+fn a_pattern_of_some_of_a_causes_workers_names_them() {
+    // tgid 201 outgrows its siblings; all four retain through `remember`.
+    let report = diagnose(workers_leaking_at(&[
+        (201, 60),
+        (202, 6),
+        (203, 6),
+        (204, 6),
+    ]));
+    let patterns: Vec<(Pattern, Strength, Scope)> = report
+        .diagnosis
+        .iter()
+        .map(|f| (f.pattern, f.strength, f.scope))
+        .collect();
+    assert_eq!(report.causes.len(), 1, "{patterns:#?}");
+    let lines = verdict::lines(&report);
+    assert!(
+        lines[1].contains("one process grows (tgid 201) + retention in 4 workers (tgid 201, "),
+        "{lines:#?}"
     );
 }
