@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aggregate::{Frame, PathReport, ProcessId, ProcessKind, Report, StackId};
+use crate::aggregate::{Frame, PathReport, ProcessId, ProcessKind, ProcessReport, Report, StackId};
 
 use super::{Finding, Pattern, Scope, Strength};
 
@@ -117,7 +117,55 @@ pub fn causes(report: &Report, findings: &[Finding]) -> Vec<Cause> {
         cause.processes = processes(report, findings, cause);
         cause.places = places(report, findings, cause);
     }
-    merge_same_growth(report, findings, causes)
+    let mut causes = merge_same_growth(report, findings, causes);
+    for cause in causes
+        .iter_mut()
+        .filter(|c| c.pattern == Pattern::Retention)
+    {
+        add_retaining_siblings(report, findings, cause);
+    }
+    causes
+}
+
+/// Adds to a retention cause about workers their sibling workers that hold
+/// memory at the end through the cause's function but grew too little for
+/// a finding of their own (a worker that served fewer of the leaking
+/// requests): the same leak, smaller. The cause's numbers then cover them.
+fn add_retaining_siblings(report: &Report, findings: &[Finding], cause: &mut Cause) {
+    let Some(Frame::Python { function, file, .. }) = cause.places.first().map(|p| &p.frame) else {
+        return;
+    };
+    let members: Vec<&ProcessReport> = cause
+        .processes
+        .iter()
+        .filter_map(|&id| report.process(id))
+        .collect();
+    if cause.tree || members.iter().any(|p| p.kind != ProcessKind::Worker) {
+        return;
+    }
+    let holds_through = |id: ProcessId| {
+        report.paths.iter().any(|path| {
+            path.process == id
+                && path.bytes.held_now_bytes() > 0
+                && matches!(place_frame(report.frames(path.stack)),
+                    Frame::Python { function: f, file: g, .. } if f == function && g == file)
+        })
+    };
+    let siblings: Vec<ProcessId> = report
+        .processes
+        .iter()
+        .filter(|p| p.kind == ProcessKind::Worker && p.next_image.is_none())
+        .filter(|p| !cause.processes.contains(&p.id))
+        .filter(|p| members.iter().any(|m| m.parent == p.parent))
+        .filter(|p| holds_through(p.id))
+        .map(|p| p.id)
+        .collect();
+    if siblings.is_empty() {
+        return;
+    }
+    cause.processes.extend(siblings);
+    cause.processes = processes_by_growth(report, std::mem::take(&mut cause.processes));
+    cause.places = places(report, findings, cause);
 }
 
 /// The functions (`function (file)`) of the user's code that a finding
@@ -181,7 +229,7 @@ fn same_growth(earlier: &Cause, later: &Cause) -> bool {
 
 /// The images `cause` is about, most RSS growth first.
 fn processes(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<ProcessId> {
-    let mut ids: Vec<ProcessId> = if cause.tree {
+    let ids: Vec<ProcessId> = if cause.tree {
         let last_images = report.processes.iter().filter(|p| p.next_image.is_none());
         let workers: Vec<ProcessId> = last_images
             .clone()
@@ -203,6 +251,11 @@ fn processes(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Proces
             })
             .collect()
     };
+    processes_by_growth(report, ids)
+}
+
+/// `ids` without repeats, most RSS growth first (ties by id).
+fn processes_by_growth(report: &Report, mut ids: Vec<ProcessId>) -> Vec<ProcessId> {
     let growth = |id: &ProcessId| {
         report
             .process(*id)

@@ -222,31 +222,40 @@ fn brief(report: &Diagnosed, cause: &Cause) -> String {
 }
 
 /// The cause's pattern and the others its growth also shows: `one process
-/// grows + retention`.
-/// A pattern seen in only some of the cause's processes names them: `retention +
-/// one process grows (tgid 4312)`.
+/// grows + retention`. A pattern seen in only some of the cause's processes
+/// names them (`one process grows (tgid 4312) + retention`), but for the
+/// retention a cause is about (its smaller retainers joined it).
 fn patterns(report: &Diagnosed, cause: &Cause) -> String {
     std::iter::once(cause.pattern)
         .chain(cause.also_patterns.iter().copied())
         .map(|pattern| {
-            let tgids: Vec<String> = cause
-                .findings
-                .iter()
-                .map(|&i| &report.diagnosis[i])
-                .filter(|f| f.pattern == pattern)
-                .filter_map(|f| match f.scope {
-                    Scope::Process { process, .. } => report.process(process).map(|p| p.name()),
-                    Scope::Tree => None,
-                })
-                .collect();
-            if cause.tree || tgids.is_empty() || tgids.len() >= cause.processes.len() {
-                pattern_name(pattern).to_owned()
+            let tgids = pattern_tgids(report, cause, pattern);
+            let partial = !cause.tree && !tgids.is_empty() && tgids.len() < cause.processes.len();
+            if partial && !(pattern == cause.pattern && pattern == Pattern::Retention) {
+                format!("{} (tgid {})", pattern_name(pattern), tgids.join(", "))
             } else {
-                format!("{} ({})", pattern_name(pattern), tgids.join(", "))
+                pattern_name(pattern).to_owned()
             }
         })
         .collect::<Vec<_>>()
         .join(" + ")
+}
+
+/// The processes (`4312`, `4312#2`, `4312, image 1`) whose findings of
+/// `pattern` the cause groups.
+fn pattern_tgids(report: &Diagnosed, cause: &Cause, pattern: Pattern) -> Vec<String> {
+    cause
+        .findings
+        .iter()
+        .map(|&i| &report.diagnosis[i])
+        .filter(|f| f.pattern == pattern)
+        .filter_map(|f| match f.scope {
+            Scope::Process { process, .. } => report
+                .process(process)
+                .map(|p| p.name().trim_start_matches("tgid ").to_owned()),
+            Scope::Tree => None,
+        })
+        .collect()
 }
 
 /// The processes of a cause: `worker tgid 13429 (app.py)`, `4 workers

@@ -18,6 +18,12 @@ fn leaking_workers() -> Report {
 /// A master and one worker per `(tgid, MiB/s)` keeping what `remember`
 /// caches at that rate for 4.5 s, then idling until 9 s.
 fn workers_leaking_at(rates: &[(u32, u64)]) -> Report {
+    let (run, _) = run_with_workers_leaking_at(rates);
+    run.finish(9 * S)
+}
+
+/// [`workers_leaking_at`], not finished yet, with its master.
+fn run_with_workers_leaking_at(rates: &[(u32, u64)]) -> (Run, ProcessId) {
     let mut run = Run::new();
     let master = run.root(200, 0, 20);
     run.flat(master, 0, 9 * S, at(20, 2_000));
@@ -33,7 +39,7 @@ fn workers_leaking_at(rates: &[(u32, u64)]) -> Report {
             run.grow(id, "remember", S / 2 + second * S / 2, mib_per_s / 2);
         }
     }
-    run.finish(9 * S)
+    (run, master)
 }
 
 #[test]
@@ -175,6 +181,42 @@ fn a_pattern_of_some_of_a_causes_workers_names_them() {
     let lines = verdict::lines(&report);
     assert!(
         lines[1].contains("one process grows (tgid 201) + retention in 4 workers (tgid 201, "),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn a_worker_that_retained_too_little_for_a_finding_joins_its_siblings_cause() {
+    let (mut run, master) = run_with_workers_leaking_at(&[(201, 24), (202, 20), (203, 16)]);
+    // tgid 204 served few of the leaking requests: +6 MiB, under the 8 MiB
+    // a finding needs, all of it held by `remember`.
+    let small = run.fork(204, master, S / 10, 12);
+    run.readings(
+        small,
+        S / 2,
+        &[(12, 0), (14, 20_000), (16, 40_000), (18, 60_000)],
+    );
+    run.flat(small, 2 * S + S / 2, 9 * S, at(18, 60_050));
+    for second in 0..3 {
+        run.grow(small, "remember", S / 2 + second * S / 2, 2);
+    }
+    let report = diagnose(run.finish(9 * S));
+    assert!(
+        report
+            .diagnosis
+            .iter()
+            .all(|f| f.scope != scope(&report, small)),
+        "no finding of its own: {:#?}",
+        report.diagnosis
+    );
+    let cause = &report.causes[0];
+    let tgids: Vec<u32> = cause.processes.iter().map(|&id| report.tgid(id)).collect();
+    assert_eq!(tgids, [201, 202, 203, 204], "{cause:#?}");
+    assert_eq!(cause.places[0].bytes, 9 * (12 + 10 + 8) * MIB + 6 * MIB);
+    let lines = verdict::lines(&report);
+    assert!(lines[1].contains("retention in 4 workers"), "{lines:#?}");
+    assert!(
+        lines[3].contains("RSS +6.0 MiB to +108.0 MiB each"),
         "{lines:#?}"
     );
 }
