@@ -6,13 +6,14 @@
 //! `_PyInterpreterFrame` chain through `previous`, or on 3.9/3.10 the
 //! `PyFrameObject` chain through `f_back`).
 
-use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user};
+use aya_ebpf::helpers::bpf_probe_read_user;
 use memtrace_common::{
     code_fingerprint, PyFrame, PyOffsets, PyProcessInfo, CODE_SHAPE_OFFSET, MAX_FRAMES, NO_OFFSET,
     STACK_NO_PYTHON, STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER,
     STACK_TRUNCATED,
 };
 
+use crate::kernel;
 use crate::maps::{PY_PROCESSES, TASK_FSBASE_OFFSET};
 
 /// glibc x86-64: offset of `struct pthread.specific_1stblock` from the
@@ -85,12 +86,7 @@ pub unsafe fn walk(tgid: u32, frames: *mut [PyFrame; MAX_FRAMES]) -> Walk {
 /// and the thread's fsbase.
 #[inline(always)]
 fn thread_state(key: u32) -> Result<(u64, u64), ()> {
-    // SAFETY: helper without arguments; returns the current task_struct.
-    let task = unsafe { bpf_get_current_task() };
-    // SAFETY: bpf_probe_read_kernel checks the address.
-    let fsbase: u64 =
-        unsafe { bpf_probe_read_kernel((task + TASK_FSBASE_OFFSET.load()) as *const u64) }
-            .map_err(|_| ())?;
+    let fsbase: u64 = kernel::field(kernel::current_task(), TASK_FSBASE_OFFSET.load())?;
     let tstate = read_user(fsbase + GLIBC_TSD_FIRST_BLOCK + 16 * u64::from(key) + 8)?;
     Ok((tstate, fsbase))
 }

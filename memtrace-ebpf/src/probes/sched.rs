@@ -137,32 +137,19 @@ fn try_sched_process_exec() {
     let _ = PY_PROCESSES.remove(tgid);
 }
 
-/// Tracepoint `syscalls/sys_enter_execve` (no field is read).
+/// Tracepoints `syscalls/sys_enter_execve` and `sys_enter_execveat` (no
+/// field is read).
 #[tracepoint]
 pub fn sys_enter_execve(_ctx: TracePointContext) -> u32 {
     set_in_execve(1);
     0
 }
 
-/// Tracepoint `syscalls/sys_enter_execveat` (no field is read).
-#[tracepoint]
-pub fn sys_enter_execveat(_ctx: TracePointContext) -> u32 {
-    set_in_execve(1);
-    0
-}
-
-/// Tracepoint `syscalls/sys_exit_execve` (no field is read): the call
-/// failed, or succeeded and `sched_process_exec` already restarted the
-/// counters.
+/// Tracepoints `syscalls/sys_exit_execve` and `sys_exit_execveat` (no
+/// field is read): the call failed, or succeeded and `sched_process_exec`
+/// already restarted the counters.
 #[tracepoint]
 pub fn sys_exit_execve(_ctx: TracePointContext) -> u32 {
-    set_in_execve(0);
-    0
-}
-
-/// Tracepoint `syscalls/sys_exit_execveat` (no field is read).
-#[tracepoint]
-pub fn sys_exit_execveat(_ctx: TracePointContext) -> u32 {
     set_in_execve(0);
     0
 }

@@ -252,14 +252,14 @@ impl Session {
             });
         }
         if record.native_ip != 0 {
-            let name = self.symbolizer.symbolize(tgid, record.native_ip);
-            stack.push(match name {
-                Some(NativeName { symbol, module }) => Frame::Native { symbol, module },
-                None => Frame::Native {
+            let NativeName { symbol, module } = self
+                .symbolizer
+                .symbolize(tgid, record.native_ip)
+                .unwrap_or_else(|| NativeName {
                     symbol: format!("{:#x}", record.native_ip),
                     module: None,
-                },
-            });
+                });
+            stack.push(Frame::Native { symbol, module });
         }
         stack
     }

@@ -66,15 +66,17 @@ pub mod globals {
 }
 
 /// The classic tracepoint programs: (program name, tracefs category,
-/// tracepoint name). Program names are the `memtrace-ebpf` functions.
+/// tracepoint name). Program names are the `memtrace-ebpf` functions; a
+/// program attached to two tracepoints (`execve` and `execveat`) has a row
+/// for each.
 const TRACEPOINTS: [(&str, &str, &str); 17] = [
     ("sched_process_exec", "sched", "sched_process_exec"),
     ("sched_process_exit", "sched", "sched_process_exit"),
     ("sys_enter_exit_group", "syscalls", "sys_enter_exit_group"),
     ("sys_enter_execve", "syscalls", "sys_enter_execve"),
-    ("sys_enter_execveat", "syscalls", "sys_enter_execveat"),
+    ("sys_enter_execve", "syscalls", "sys_enter_execveat"),
     ("sys_exit_execve", "syscalls", "sys_exit_execve"),
-    ("sys_exit_execveat", "syscalls", "sys_exit_execveat"),
+    ("sys_exit_execve", "syscalls", "sys_exit_execveat"),
     ("sys_enter_mmap", "syscalls", "sys_enter_mmap"),
     ("sys_exit_mmap", "syscalls", "sys_exit_mmap"),
     ("sys_enter_munmap", "syscalls", "sys_enter_munmap"),
@@ -513,7 +515,13 @@ impl Tracer {
 
 /// Loads (verifies) every program of the object.
 fn load_programs(ebpf: &mut Ebpf) -> Result<(), BpfError> {
-    for (program, _, _) in TRACEPOINTS {
+    for (index, (program, _, _)) in TRACEPOINTS.iter().enumerate() {
+        if TRACEPOINTS[..index]
+            .iter()
+            .any(|(loaded, _, _)| loaded == program)
+        {
+            continue;
+        }
         let tracepoint: &mut TracePoint = program_mut(ebpf, program)?;
         tracepoint
             .load()

@@ -310,8 +310,12 @@ pub fn descendants(root: u32) -> Result<Vec<(u32, u32)>, ProcError> {
     let all = procfs::process::all_processes().map_err(|source| classify(root, source))?;
     let pairs: Vec<(u32, u32)> = all
         .filter_map(Result::ok)
-        .filter_map(|p| p.stat().ok())
-        .filter(|stat| !is_dead(stat.state) || reader_pid(stat.pid as u32).is_ok())
+        .filter_map(|p| {
+            let stat = p.stat().ok()?;
+            // A dead main thread with live threads is a live process.
+            let alive = !is_dead(stat.state) || live_thread(&p, stat.pid as u32).is_some();
+            alive.then_some(stat)
+        })
         .filter_map(|stat| {
             Some((
                 u32::try_from(stat.pid).ok()?,

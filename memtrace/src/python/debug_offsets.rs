@@ -14,6 +14,7 @@
 
 use std::path::Path;
 
+use super::mem;
 use super::offsets::{self, VersionLayout};
 use super::probe::{ProbeError, PythonVersion};
 
@@ -96,9 +97,7 @@ pub fn parse_header(bytes: &[u8]) -> Option<Header> {
 
 /// The little-endian u64 at `position` of `bytes`.
 fn u64_at(bytes: &[u8], position: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(
-        bytes.get(position..position + 8)?.try_into().ok()?,
-    ))
+    mem::field::<8>(bytes, u64::try_from(position).ok()?).map(u64::from_le_bytes)
 }
 
 /// The layout to walk a 3.13+ interpreter with, after checking its

@@ -206,63 +206,24 @@ impl Reader<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::table_fixtures::{check_every_unit, load, Fixture};
     use super::*;
 
-    /// One code object dumped by testdata/gen_linetables.py.
-    #[derive(serde::Deserialize)]
-    struct Code {
-        qualname: String,
-        firstlineno: i32,
-        linetable: String,
-        lines: Vec<Option<u32>>,
-    }
-
-    /// A fixture file: the interpreter's version and its code objects.
-    #[derive(serde::Deserialize)]
-    struct Fixture {
-        version: String,
-        codes: Vec<Code>,
-    }
-
-    fn hex(text: &str) -> Vec<u8> {
-        (0..text.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-            .collect()
-    }
-
     /// Decodes every instruction of every fixture code object and compares
-    /// with CPython's own `co_positions()`.
+    /// with CPython's own `co_positions()`; one index past the end is an
+    /// error.
     fn check_fixture(json: &str, expect_version_prefix: &str) {
-        let fixture: Fixture = serde_json::from_str(json).unwrap();
-        assert!(fixture.version.starts_with(expect_version_prefix));
+        let fixture = load(json, expect_version_prefix);
         assert!(fixture.codes.len() > 20);
-        let mut checked = 0;
+        let checked = check_every_unit(&fixture, line_for_index);
+        assert!(checked > 1000);
         for code in &fixture.codes {
-            let table = hex(&code.linetable);
-            for (index, want) in code.lines.iter().enumerate() {
-                let index = i32::try_from(index).unwrap();
-                let got = line_for_index(&table, code.firstlineno, index);
-                assert_eq!(
-                    got,
-                    Ok(*want),
-                    "{} {} index {index}",
-                    fixture.version,
-                    code.qualname
-                );
-                checked += 1;
-            }
             let past = i32::try_from(code.lines.len()).unwrap();
             assert!(matches!(
-                line_for_index(&table, code.firstlineno, past),
+                line_for_index(&code.table_bytes(), code.firstlineno, past),
                 Err(LineTableError::IndexPastEnd { .. })
             ));
-            assert_eq!(
-                line_for_index(&table, code.firstlineno, -1),
-                Ok(Some(u32::try_from(code.firstlineno).unwrap()))
-            );
         }
-        assert!(checked > 1000);
     }
 
     #[test]
@@ -283,14 +244,13 @@ mod tests {
     #[test]
     fn far_lines_use_long_deltas() {
         // sample.py's far_lines jumps >5000 lines: code 13/14 svarints.
-        let fixture: Fixture =
-            serde_json::from_str(include_str!("testdata/linetables-3.12.json")).unwrap();
+        let fixture: Fixture = load(include_str!("testdata/linetables-3.12.json"), "3.12.");
         let far = fixture
             .codes
             .iter()
             .find(|code| code.qualname == "far_lines")
             .unwrap();
-        let table = hex(&far.linetable);
+        let table = far.table_bytes();
         let decoded: Vec<Option<u32>> = (0..far.lines.len())
             .map(|index| {
                 let index = i32::try_from(index).unwrap();

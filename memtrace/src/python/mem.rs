@@ -9,6 +9,13 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+/// The `N` bytes at `offset` of `bytes` (a struct read in one piece), if in
+/// range.
+pub(super) fn field<const N: usize>(bytes: &[u8], offset: u64) -> Option<[u8; N]> {
+    let start = usize::try_from(offset).ok()?;
+    bytes.get(start..start.checked_add(N)?)?.try_into().ok()
+}
+
 /// Longest str object memtrace decodes, in bytes of character data; larger
 /// lengths are treated as garbage (py-spy uses the same cap).
 pub const MAX_STRING_BYTES: u64 = 4096;

@@ -19,6 +19,8 @@ mod lnotab;
 mod mem;
 mod offsets;
 mod probe;
+#[cfg(test)]
+mod table_fixtures;
 mod version;
 
 pub use code::{FrameResolver, PyLocation, ResolveError};

@@ -71,9 +71,11 @@ impl NativeSymbolizer {
         if let Some(name) = self.cache.get(&tgid).and_then(|by_ip| by_ip.get(&ip)) {
             return name.clone();
         }
+        // Through a live thread when the main thread alone has exited.
+        let reader = crate::process::proc::reader_pid(tgid).unwrap_or(tgid);
         let name = self
-            .symbol_name(tgid, ip)
-            .or_else(|| self.module_offset(tgid, ip));
+            .symbol_name(reader, ip)
+            .or_else(|| self.module_offset(reader, ip));
         self.cache.entry(tgid).or_default().insert(ip, name.clone());
         name
     }
@@ -87,9 +89,9 @@ impl NativeSymbolizer {
         let _ = self.symbolizer.evict(&evict.into());
     }
 
-    fn symbol_name(&self, tgid: u32, ip: u64) -> Option<NativeName> {
-        // Through a live thread when the main thread alone has exited.
-        let reader = crate::process::proc::reader_pid(tgid).unwrap_or(tgid);
+    /// `ip`'s symbol, read through `/proc/<reader>` (the process or one of
+    /// its live threads).
+    fn symbol_name(&self, reader: u32, ip: u64) -> Option<NativeName> {
         let mut process = Process::new(Pid::from(reader));
         process.debug_syms = false;
         let source = Source::Process(process);
@@ -109,13 +111,11 @@ impl NativeSymbolizer {
         }
     }
 
-    fn module_offset(&self, tgid: u32, ip: u64) -> Option<NativeName> {
+    /// `ip`'s file and offset in it, read through `/proc/<reader>`.
+    fn module_offset(&self, reader: u32, ip: u64) -> Option<NativeName> {
         let output = self
             .normalizer
-            .normalize_user_addrs(
-                Pid::from(crate::process::proc::reader_pid(tgid).unwrap_or(tgid)),
-                &[ip],
-            )
+            .normalize_user_addrs(Pid::from(reader), &[ip])
             .ok()?;
         let &(file_offset, meta_index) = output.outputs.first()?;
         let UserMeta::Elf(elf) = output.meta.get(meta_index)? else {

@@ -22,7 +22,7 @@ use thiserror::Error;
 
 use super::linetable::{self, LineTableError};
 use super::lnotab;
-use super::mem::{MemError, ProcessMemory, MAX_STRING_BYTES, MAX_TABLE_BYTES};
+use super::mem::{field, MemError, ProcessMemory, MAX_STRING_BYTES, MAX_TABLE_BYTES};
 use super::offsets::{LineFormat, UnicodeLayout, VersionLayout};
 use super::probe::PythonProcess;
 
@@ -130,11 +130,10 @@ struct Registered {
 #[derive(Clone, Debug)]
 struct CodeObject {
     first_lineno: i32,
-    /// Address of the name str (`co_qualname`, or `co_name` on 3.9/3.10),
-    /// part of the fingerprint.
-    name_addr: u64,
-    /// The word at `CODE_SHAPE_OFFSET`, part of the fingerprint.
-    shape: u64,
+    /// The fingerprint BPF computes for it ([`code_fingerprint`] of its
+    /// first line, the address of its name str (`co_qualname`, or
+    /// `co_name` on 3.9/3.10) and the word at `CODE_SHAPE_OFFSET`).
+    fingerprint: u32,
     function: String,
     file: String,
     linetable: Vec<u8>,
@@ -320,8 +319,11 @@ impl CodeObject {
         let linetable = pointer(code.linetable);
         Ok(Self {
             first_lineno,
-            name_addr: qualname,
-            shape: field::<8>(&header, CODE_SHAPE_OFFSET).map_or(0, u64::from_le_bytes),
+            fingerprint: code_fingerprint(
+                first_lineno.cast_unsigned(),
+                qualname,
+                field::<8>(&header, CODE_SHAPE_OFFSET).map_or(0, u64::from_le_bytes),
+            ),
             function: read_str(memory, &layout.unicode, qualname)?,
             file: display_file(read_str(memory, &layout.unicode, filename)?),
             linetable: read_bytes(memory, layout, linetable)?,
@@ -330,18 +332,9 @@ impl CodeObject {
         })
     }
 
-    /// The fingerprint BPF computes for this code object.
-    fn fingerprint(&self) -> u32 {
-        code_fingerprint(
-            self.first_lineno.cast_unsigned(),
-            self.name_addr,
-            self.shape,
-        )
-    }
-
     /// Whether this code object's fingerprint is the frame's.
     fn matches(&self, frame: &PyFrame) -> bool {
-        self.fingerprint() == frame.fingerprint
+        self.fingerprint == frame.fingerprint
     }
 
     /// Accepts the code object only if it [`matches`](Self::matches) the
@@ -354,7 +347,7 @@ impl CodeObject {
                 tgid,
                 code_addr: frame.code_addr,
                 expected: frame.fingerprint,
-                found: self.fingerprint(),
+                found: self.fingerprint,
             })
         }
     }
@@ -402,12 +395,6 @@ fn display_file(file: String) -> String {
 
 /// [`display_file`] of an empty file name.
 const EMPTY_FILE_NAME: &str = "<string>";
-
-/// The `N` bytes at `offset` of `bytes`, if in range.
-fn field<const N: usize>(bytes: &[u8], offset: u64) -> Option<[u8; N]> {
-    let start = usize::try_from(offset).ok()?;
-    bytes.get(start..start.checked_add(N)?)?.try_into().ok()
-}
 
 /// Decodes the compact str at `addr` (python-stacks.md §6): `kind` (bits
 /// 2..5 of `state`) is the bytes per code point, 1 for ASCII/Latin-1, 2 for

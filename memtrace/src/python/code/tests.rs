@@ -211,8 +211,7 @@ const SHAPE: u64 = 40;
 fn child_uses_the_parent_cache_when_the_fingerprint_matches() {
     let code = CodeObject {
         first_lineno: 10,
-        name_addr: NAME,
-        shape: SHAPE,
+        fingerprint: code_fingerprint(10, NAME, SHAPE),
         function: "Cache.put".to_owned(),
         file: "cache.py".to_owned(),
         // code 13, 1 unit, line +2 (svarint 4).
@@ -266,8 +265,7 @@ fn child_uses_the_parent_cache_when_the_fingerprint_matches() {
 fn same_first_line_other_name_is_not_a_cache_hit() {
     let module = CodeObject {
         first_lineno: 1,
-        name_addr: NAME,
-        shape: SHAPE,
+        fingerprint: code_fingerprint(1, NAME, SHAPE),
         function: "<module>".to_owned(),
         file: display_file(String::new()),
         linetable: vec![0xe8, 4],
