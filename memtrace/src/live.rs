@@ -305,7 +305,7 @@ impl Status<'_> {
             lines.push(format!(
                 "{:>8}  {:<6}  {:>10}  {rate:>13}  {}",
                 p.tgid,
-                p.kind.to_string(),
+                p.kind,
                 format_bytes(p.rss_bytes),
                 p.label
             ));

@@ -139,8 +139,9 @@ impl Frame {
     }
 
     /// `function (file name:line)` for a Python frame (the file cut to its
-    /// last component, as people say it: `render_report (app.py:84)`), else
-    /// the frame as [`Display`](fmt::Display) writes it.
+    /// last component, as people say it: `render_report (app.py:84)`),
+    /// `[file name]` for a mapping (the file without its folders), else the
+    /// frame as [`Display`](fmt::Display) writes it.
     pub fn short(&self) -> String {
         match self {
             Self::Python {
@@ -151,6 +152,11 @@ impl Frame {
                 let name = file.rsplit('/').next().unwrap_or(file);
                 format!("{function} ({name}:{line})")
             }
+            Self::Mapping { mapping, name } => Self::Mapping {
+                mapping: *mapping,
+                name: name.rsplit('/').next().unwrap_or(name).to_owned(),
+            }
+            .to_string(),
             other => other.to_string(),
         }
     }

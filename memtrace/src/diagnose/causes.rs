@@ -132,7 +132,7 @@ pub fn causes(report: &Report, findings: &[Finding]) -> Vec<Cause> {
 /// a finding of their own (a worker that served fewer of the leaking
 /// requests): the same leak, smaller. The cause's numbers then cover them.
 fn add_retaining_siblings(report: &Report, findings: &[Finding], cause: &mut Cause) {
-    let Some(Frame::Python { function, file, .. }) = cause.places.first().map(|p| &p.frame) else {
+    let Some(function) = top_python_function(cause) else {
         return;
     };
     let members: Vec<&ProcessReport> = cause
@@ -147,8 +147,7 @@ fn add_retaining_siblings(report: &Report, findings: &[Finding], cause: &mut Cau
         report.paths.iter().any(|path| {
             path.process == id
                 && path.bytes.held_now_bytes() > 0
-                && matches!(place_frame(report.frames(path.stack)),
-                    Frame::Python { function: f, file: g, .. } if f == function && g == file)
+                && function_key(place_frame(report.frames(path.stack))) == function
         })
     };
     let siblings: Vec<ProcessId> = report
@@ -179,10 +178,7 @@ fn finding_functions(report: &Report, finding: &Finding) -> Vec<String> {
     }
     let mut functions: Vec<String> = Vec::new();
     for &stack in &finding.paths {
-        let function = match place_frame(report.frames(stack)) {
-            Frame::Python { function, file, .. } => format!("{function} ({file})"),
-            other => other.to_string(),
-        };
+        let function = function_key(place_frame(report.frames(stack)));
         if !functions.contains(&function) {
             functions.push(function);
         }
@@ -216,15 +212,27 @@ fn merge_same_growth(report: &Report, findings: &[Finding], causes: Vec<Cause>) 
 
 /// Whether `later` is the growth `earlier` is about.
 fn same_growth(earlier: &Cause, later: &Cause) -> bool {
-    let function = |cause: &Cause| match cause.places.first().map(|p| &p.frame) {
-        Some(Frame::Python { function, file, .. }) => Some((function.clone(), file.clone())),
-        _ => None,
-    };
     let within = |a: &Cause, b: &Cause| a.processes.iter().all(|p| b.processes.contains(p));
     !later.processes.is_empty()
         && (within(later, earlier) || within(earlier, later))
-        && function(earlier).is_some()
-        && function(earlier) == function(later)
+        && top_python_function(earlier).is_some()
+        && top_python_function(earlier) == top_python_function(later)
+}
+
+/// [`function_key`] of a cause's largest place, when that is a Python
+/// frame.
+fn top_python_function(cause: &Cause) -> Option<String> {
+    let frame = &cause.places.first()?.frame;
+    matches!(frame, Frame::Python { .. }).then(|| function_key(frame))
+}
+
+/// What tells a place's function apart: `function (file)` of a Python
+/// frame (any line of it), else the frame as it is written.
+fn function_key(frame: &Frame) -> String {
+    match frame {
+        Frame::Python { function, file, .. } => format!("{function} ({file})"),
+        other => other.to_string(),
+    }
 }
 
 /// The images `cause` is about, most RSS growth first.
@@ -325,19 +333,51 @@ fn places(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Place> {
     places
 }
 
+/// Which of a path's bytes a cause counts, by its pattern.
+#[derive(Clone, Copy)]
+enum Measure {
+    /// Held at the high-water mark: a spike, every worker large, worker
+    /// multiplication.
+    HeldAtPeak,
+    /// Copy-on-write bytes: un-sharing.
+    CopyOnWrite,
+    /// Held at the end: retention and the rest.
+    HeldAtEnd,
+}
+
+impl Measure {
+    fn of(pattern: Pattern) -> Self {
+        match pattern {
+            Pattern::Spike | Pattern::EveryWorkerLarge | Pattern::WorkerMultiplication => {
+                Self::HeldAtPeak
+            }
+            Pattern::CowUnsharing => Self::CopyOnWrite,
+            _ => Self::HeldAtEnd,
+        }
+    }
+}
+
 /// The bytes of `path` that a cause of `pattern` is about.
 fn measure(pattern: Pattern, path: &PathReport) -> u64 {
-    match pattern {
-        Pattern::Spike | Pattern::EveryWorkerLarge | Pattern::WorkerMultiplication => {
-            path.peak_held_bytes
-        }
-        Pattern::CowUnsharing => path.bytes.cow_bytes,
-        _ => path.bytes.held_now_bytes(),
+    match Measure::of(pattern) {
+        Measure::HeldAtPeak => path.peak_held_bytes,
+        Measure::CopyOnWrite => path.bytes.cow_bytes,
+        Measure::HeldAtEnd => path.bytes.held_now_bytes(),
+    }
+}
+
+/// What [`Place::bytes`] of a cause of `pattern` are, in words: `held at
+/// the end`, `held at the high-water mark`, `un-shared (copy-on-write)`.
+pub(crate) fn measure_name(pattern: Pattern) -> &'static str {
+    match Measure::of(pattern) {
+        Measure::HeldAtPeak => "held at the high-water mark",
+        Measure::CopyOnWrite => "un-shared (copy-on-write)",
+        Measure::HeldAtEnd => "held at the end",
     }
 }
 
 /// The place of a stack (outermost frame first), with no bytes yet.
-fn place_of(frames: &[Frame]) -> Place {
+pub(crate) fn place_of(frames: &[Frame]) -> Place {
     let frame = place_frame(frames).clone();
     let innermost_python = frames
         .iter()

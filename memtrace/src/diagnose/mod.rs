@@ -54,7 +54,7 @@ use std::cmp::Reverse;
 use crate::aggregate::{Frame, ProcessId, ProcessReport, Report, StackId};
 use crate::units::format_bytes;
 
-pub(crate) use causes::place_frame;
+pub(crate) use causes::{measure_name, place_frame, place_of};
 pub use causes::{Cause, Place};
 use draft::{trace_too_short, Draft};
 pub use finding::{Diagnosed, Finding, Pattern, Scope, Strength};

@@ -70,10 +70,13 @@ fn draw(
         .into_iter()
         .map(|(stack, bytes)| format!("{stack} {bytes}"))
         .collect();
-    let mut title = title(report, options, process);
-    if image_width.is_some() {
-        title = inline_title(report, options);
-    }
+    // The inline graph does not stretch: a longer title would be clipped.
+    let title = title(
+        report,
+        options,
+        process,
+        image_width.map(|_| MAX_INLINE_TITLE_COMMAND_CHARS),
+    );
     if lines.is_empty() {
         return empty(&title, options.weight, out);
     }
@@ -107,27 +110,25 @@ fn subtitle(line: &str) -> String {
 
 /// `memtrace: memory held at peak by `command`` (and `, tgid N (command)`
 /// for one process image).
-fn title(report: &Report, options: &RenderOptions, process: Option<ProcessId>) -> String {
+/// With `max_command_chars`, the command is cut to that many characters
+/// from the left, so the script stays.
+fn title(
+    report: &Report,
+    options: &RenderOptions,
+    process: Option<ProcessId>,
+    max_command_chars: Option<usize>,
+) -> String {
+    let command = &report.meta.command;
+    let command =
+        max_command_chars.map_or_else(|| command.clone(), |max| text::short_command(command, max));
     let mut title = format!(
-        "memtrace: memory {} by `{}`",
+        "memtrace: memory {} by `{command}`",
         options.weight.describe(),
-        report.meta.command
     );
     if let Some(id) = process {
         title.push_str(&format!(", {} ({})", report.name(id), report.label(id)));
     }
     title
-}
-
-/// The inline graph's title: [`title`] with the command cut to
-/// [`MAX_INLINE_TITLE_COMMAND_CHARS`] (from the left, so the script stays),
-/// since the inline graph does not stretch and a longer title is clipped.
-fn inline_title(report: &Report, options: &RenderOptions) -> String {
-    format!(
-        "memtrace: memory {} by `{}`",
-        options.weight.describe(),
-        text::short_command(&report.meta.command, MAX_INLINE_TITLE_COMMAND_CHARS)
-    )
 }
 
 /// A valid SVG holding `title` and a line saying no path has bytes of

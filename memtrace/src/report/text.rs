@@ -4,7 +4,9 @@
 //! of all bytes of a measure a path holds.
 
 pub(crate) use crate::aggregate::short_command;
-use crate::aggregate::{Frame, ProcessKind, ProcessReport, PythonStatus, Report, StackId, Weight};
+use crate::aggregate::{
+    Frame, ProcessId, ProcessKind, ProcessReport, PythonStatus, Report, StackId, Weight,
+};
 use crate::diagnose::{Finding, Pattern, Scope, Strength};
 use crate::units::format_bytes;
 
@@ -187,17 +189,17 @@ pub(crate) fn ended_text(p: &ProcessReport) -> String {
 pub(crate) fn totals_line(report: &Report) -> String {
     let t = &report.totals;
     let kinds = [
-        (ProcessKind::Master, "master", "masters"),
-        (ProcessKind::Main, "main", "mains"),
-        (ProcessKind::Worker, "worker", "workers"),
-        (ProcessKind::Child, "child", "children"),
-        (ProcessKind::Helper, "helper", "helpers"),
+        ProcessKind::Master,
+        ProcessKind::Main,
+        ProcessKind::Worker,
+        ProcessKind::Child,
+        ProcessKind::Helper,
     ];
     let by_kind: Vec<String> = kinds
         .iter()
-        .filter_map(|&(kind, one, many)| {
+        .filter_map(|&kind| {
             let count = report.processes.iter().filter(|p| p.kind == kind).count() as u64;
-            (count > 0).then(|| counted(count, one, many))
+            (count > 0).then(|| counted(count, &kind.to_string(), kind.plural()))
         })
         .collect();
     format!(
@@ -209,6 +211,38 @@ pub(crate) fn totals_line(report: &Report) -> String {
         format_bytes(t.live_rss_end_bytes),
         format_bytes(t.peak_total_rss_bytes),
     )
+}
+
+/// The TGID column of the process table: `4312`, `4312#2` for a reused
+/// tgid, `4312.0` and `4312.1` for the images before and after an execve.
+pub(crate) fn process_column(p: &ProcessReport) -> String {
+    let mut column = p.tgid.to_string();
+    if p.instance > 1 {
+        column.push_str(&format!("#{}", p.instance));
+    }
+    if p.image > 0 || p.next_image.is_some() {
+        column.push_str(&format!(".{}", p.image));
+    }
+    column
+}
+
+/// `tgid 1, 2#2, 3.1`: at most `max` of `processes` by their
+/// [`process_column`], then `… N more`.
+pub(crate) fn process_list(report: &Report, processes: &[ProcessId], max: usize) -> String {
+    let shown: Vec<String> = processes
+        .iter()
+        .take(max)
+        .map(|&id| {
+            report
+                .process(id)
+                .map_or_else(|| "?".to_owned(), process_column)
+        })
+        .collect();
+    let mut list = format!("tgid {}", shown.join(", "));
+    if processes.len() > max {
+        list.push_str(&format!(", … {} more", processes.len() - max));
+    }
+    list
 }
 
 /// `count` with the singular or plural noun: `1 root`, `3 workers`.

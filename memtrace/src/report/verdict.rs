@@ -8,7 +8,7 @@
 //! line.
 
 use crate::aggregate::{ProcessKind, ProcessReport, Report};
-use crate::diagnose::{Cause, Diagnosed, Pattern, Place, Scope, Strength};
+use crate::diagnose::{measure_name, Cause, Diagnosed, Pattern, Place, Scope, Strength};
 use crate::units::format_bytes;
 
 use super::text::{self, pattern_name, short_command};
@@ -92,7 +92,8 @@ pub(crate) fn lines(report: &Diagnosed) -> Vec<String> {
         }
         lines.push(format!("  also seen, weak evidence: {}", briefs.join("; ")));
     }
-    lines.truncate(MAX_VERDICT_LINES);
+    // At most 1 + 3 causes x (heading, what, how much, 2 places, next) + 2.
+    debug_assert!(lines.len() <= MAX_VERDICT_LINES, "{lines:#?}");
     lines
 }
 
@@ -241,8 +242,8 @@ fn patterns(report: &Diagnosed, cause: &Cause) -> String {
         .join(" + ")
 }
 
-/// The processes (`4312`, `4312#2`, `4312, image 1`) whose findings of
-/// `pattern` the cause groups.
+/// The processes (`4312`, `4312#2`, `4312.1`: the process table's TGID
+/// column) whose findings of `pattern` the cause groups.
 fn pattern_tgids(report: &Diagnosed, cause: &Cause, pattern: Pattern) -> Vec<String> {
     cause
         .findings
@@ -250,9 +251,7 @@ fn pattern_tgids(report: &Diagnosed, cause: &Cause, pattern: Pattern) -> Vec<Str
         .map(|&i| &report.diagnosis[i])
         .filter(|f| f.pattern == pattern)
         .filter_map(|f| match f.scope {
-            Scope::Process { process, .. } => report
-                .process(process)
-                .map(|p| p.name().trim_start_matches("tgid ").to_owned()),
+            Scope::Process { process, .. } => report.process(process).map(text::process_column),
             Scope::Tree => None,
         })
         .collect()
@@ -288,23 +287,12 @@ fn who(report: &Report, cause: &Cause) -> String {
         many => {
             let kind = many[0].kind;
             let noun = if many.iter().all(|p| p.kind == kind) {
-                format!("{kind}s")
+                kind.plural()
             } else {
-                "processes".to_owned()
+                "processes"
             };
-            let mut tgids: Vec<String> = many
-                .iter()
-                .take(MAX_TGIDS_NAMED)
-                .map(|p| p.name().trim_start_matches("tgid ").to_owned())
-                .collect();
-            if many.len() > MAX_TGIDS_NAMED {
-                tgids.push(format!("… {} more", many.len() - MAX_TGIDS_NAMED));
-            }
-            format!(
-                "{} {noun} (tgid {}: {command})",
-                many.len(),
-                tgids.join(", ")
-            )
+            let list = text::process_list(report, &cause.processes, MAX_TGIDS_NAMED);
+            format!("{} {noun} ({list}: {command})", many.len())
         }
     }
 }
@@ -329,15 +317,15 @@ fn how_much(report: &Report, cause: &Cause) -> Option<String> {
         grown.iter().map(|g| g.0).max()?,
     );
     let longest_ns = grown.iter().map(|g| g.1).max().unwrap_or(0);
+    let (per_unit_s, unit) = if longest_ns >= PER_MINUTE_FROM_NS {
+        (60.0, "min")
+    } else {
+        (1.0, "s")
+    };
     let rates: Vec<f64> = grown
         .iter()
-        .map(|&(b, ns)| rate(b, ns, longest_ns))
+        .map(|&(bytes, ns)| per_unit_s * bytes as f64 / (ns.max(1) as f64 / 1e9))
         .collect();
-    let unit = if longest_ns >= PER_MINUTE_FROM_NS {
-        "min"
-    } else {
-        "s"
-    };
     let fmt_rate = |r: f64| format!("+{}/{unit}", format_bytes(r as u64));
     if let [(bytes, ns)] = grown.as_slice() {
         return Some(format!(
@@ -391,17 +379,6 @@ fn spike_height(report: &Report, cause: &Cause) -> Option<String> {
     ))
 }
 
-/// `bytes` over `ns` per second, or per minute when `longest_ns` reaches
-/// [`PER_MINUTE_FROM_NS`].
-fn rate(bytes: u64, ns: u64, longest_ns: u64) -> f64 {
-    let per_s = bytes as f64 / (ns.max(1) as f64 / 1e9);
-    if longest_ns >= PER_MINUTE_FROM_NS {
-        per_s * 60.0
-    } else {
-        per_s
-    }
-}
-
 /// `render_report (app.py:84) via dumps, at import: 48.5 MiB held at the
 /// end (57% of the sampled)`.
 fn place_text(pattern: Pattern, place: &Place) -> String {
@@ -415,13 +392,7 @@ fn place_text(pattern: Pattern, place: &Place) -> String {
     if let Some(library) = &place.native_library {
         line.push_str(&format!(", native memory ({})", library_name(library)));
     }
-    let measure = match pattern {
-        Pattern::Spike | Pattern::EveryWorkerLarge | Pattern::WorkerMultiplication => {
-            "held at the high-water mark"
-        }
-        Pattern::CowUnsharing => "un-shared (copy-on-write)",
-        _ => "held at the end",
-    };
+    let measure = measure_name(pattern);
     format!(
         "{line}: {} {measure} ({:.0}% of the sampled)",
         format_bytes(place.bytes),

@@ -40,9 +40,24 @@ pub enum ProcessKind {
     Helper,
 }
 
+impl ProcessKind {
+    /// The kind's plural noun: `masters`, `children`, ...
+    #[must_use]
+    pub fn plural(self) -> &'static str {
+        match self {
+            Self::Master => "masters",
+            Self::Main => "mains",
+            Self::Worker => "workers",
+            Self::Child => "children",
+            Self::Helper => "helpers",
+        }
+    }
+}
+
 impl fmt::Display for ProcessKind {
+    /// The kind's noun, padded to the formatter's width.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             Self::Master => "master",
             Self::Main => "main",
             Self::Worker => "worker",
@@ -152,5 +167,17 @@ fn runs_python(p: &Facts<'_>, images: &[Facts<'_>]) -> bool {
                     .and_then(|parent| images.iter().find(|r| r.id == parent))
                     .is_some_and(|parent| runs_python(parent, images))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProcessKind;
+
+    #[test]
+    fn kinds_read_as_nouns_and_pad() {
+        assert_eq!(format!("{:<7}|", ProcessKind::Child), "child  |");
+        assert_eq!(ProcessKind::Child.plural(), "children");
+        assert_eq!(ProcessKind::Master.plural(), "masters");
     }
 }

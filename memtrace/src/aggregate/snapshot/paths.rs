@@ -118,6 +118,16 @@ pub enum Weight {
 }
 
 impl Weight {
+    /// The bytes this weight counts of a path (or a sum of paths) that
+    /// held `peak_held_bytes` at the high-water mark and has `bytes`.
+    pub fn bytes(self, peak_held_bytes: u64, bytes: &SampledBytes) -> u64 {
+        match self {
+            Self::Peak => peak_held_bytes,
+            Self::End => bytes.held_now_bytes(),
+            Self::Grown => bytes.grown_bytes(),
+        }
+    }
+
     /// Name in tables, headers and file annotations: `held at peak`, `held at
     /// end`, `grown`.
     pub fn describe(self) -> &'static str {
@@ -161,11 +171,7 @@ pub struct PathReport {
 impl PathReport {
     /// The bytes `weight` counts for this path.
     pub fn weight_bytes(&self, weight: Weight) -> u64 {
-        match weight {
-            Weight::Peak => self.peak_held_bytes,
-            Weight::End => self.bytes.held_now_bytes(),
-            Weight::Grown => self.bytes.grown_bytes(),
-        }
+        weight.bytes(self.peak_held_bytes, &self.bytes)
     }
 }
 
@@ -193,10 +199,6 @@ pub struct StackGrowthReport {
 impl StackGrowthReport {
     /// The bytes `weight` counts for this stack.
     pub fn weight_bytes(&self, weight: Weight) -> u64 {
-        match weight {
-            Weight::Peak => self.peak_held_bytes,
-            Weight::End => self.bytes.held_now_bytes(),
-            Weight::Grown => self.bytes.grown_bytes(),
-        }
+        weight.bytes(self.peak_held_bytes, &self.bytes)
     }
 }

@@ -28,11 +28,7 @@ pub struct PythonPath<'a> {
 impl PythonPath<'_> {
     /// The bytes `weight` counts for this path.
     pub fn weight_bytes(&self, weight: Weight) -> u64 {
-        match weight {
-            Weight::Peak => self.peak_held_bytes,
-            Weight::End => self.bytes.held_now_bytes(),
-            Weight::Grown => self.bytes.grown_bytes(),
-        }
+        weight.bytes(self.peak_held_bytes, &self.bytes)
     }
 
     /// Its native children: the innermost native frame of each merged path

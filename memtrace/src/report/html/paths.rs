@@ -11,8 +11,10 @@ use std::fmt::Write as _;
 
 use super::text::{self, seconds};
 use super::{escape, RenderOptions};
-use crate::aggregate::{Frame, PathReport, ProcessId, ProcessReport, Report, StackId, Weight};
-use crate::diagnose::place_frame;
+use crate::aggregate::{
+    Frame, PathReport, ProcessId, ProcessKind, ProcessReport, Report, SampledBytes, StackId, Weight,
+};
+use crate::diagnose::place_of;
 use crate::units::format_bytes;
 
 /// Paths drawn with a timeline sparkline.
@@ -35,26 +37,8 @@ const MAX_COW_PROCESSES: usize = 8;
 /// frame it went through when that is another one (`via dumps (...)`).
 /// Files are named without their folders.
 pub(super) fn place_name(frames: &[Frame]) -> (String, Option<String>) {
-    let place = place_frame(frames);
-    let via = frames
-        .iter()
-        .rev()
-        .find(|f| matches!(f, Frame::Python { .. }))
-        .filter(|f| *f != place)
-        .map(Frame::short);
-    (short_frame(place), via)
-}
-
-/// [`Frame::short`], with a mapped file named without its folders.
-fn short_frame(frame: &Frame) -> String {
-    match frame {
-        Frame::Mapping { mapping, name } => Frame::Mapping {
-            mapping: *mapping,
-            name: name.rsplit('/').next().unwrap_or(name).to_owned(),
-        }
-        .to_string(),
-        other => other.short(),
-    }
+    let place = place_of(frames);
+    (place.frame.short(), place.via.as_ref().map(Frame::short))
 }
 
 /// A top path: every stack whose place (frame of the user's code, and the
@@ -69,10 +53,8 @@ pub(super) struct PlaceRow {
     pub stacks: Vec<StackId>,
     /// Bytes held at each image's high-water mark, summed.
     pub peak_held_bytes: u64,
-    /// Bytes held at each image's end, summed.
-    pub end_bytes: u64,
-    /// Bytes grown, summed.
-    pub grown_bytes: u64,
+    /// Sampled bytes of its stacks, summed.
+    pub bytes: SampledBytes,
     /// The images it ran in, ascending.
     pub processes: Vec<ProcessId>,
 }
@@ -80,11 +62,7 @@ pub(super) struct PlaceRow {
 impl PlaceRow {
     /// The bytes `weight` counts.
     fn weight_bytes(&self, weight: Weight) -> u64 {
-        match weight {
-            Weight::Peak => self.peak_held_bytes,
-            Weight::End => self.end_bytes,
-            Weight::Grown => self.grown_bytes,
-        }
+        weight.bytes(self.peak_held_bytes, &self.bytes)
     }
 }
 
@@ -102,8 +80,7 @@ pub(super) fn top_places(report: &Report, weight: Weight, n: usize) -> Vec<Place
                     via,
                     stacks: Vec::new(),
                     peak_held_bytes: 0,
-                    end_bytes: 0,
-                    grown_bytes: 0,
+                    bytes: SampledBytes::default(),
                     processes: Vec::new(),
                 });
                 rows.len() - 1
@@ -112,8 +89,7 @@ pub(super) fn top_places(report: &Report, weight: Weight, n: usize) -> Vec<Place
         let row = &mut rows[index];
         row.stacks.push(stack.stack);
         row.peak_held_bytes += stack.peak_held_bytes;
-        row.end_bytes += stack.bytes.held_now_bytes();
-        row.grown_bytes += stack.bytes.grown_bytes();
+        row.bytes.merge(&stack.bytes);
         row.processes.extend(&stack.processes);
         row.processes.sort();
         row.processes.dedup();
@@ -203,8 +179,8 @@ pub(super) fn top_paths(report: &Report, options: &RenderOptions, end_ns: u64) -
             rank + 1,
             place_html(report, &row.place, row.via.as_deref(), &row.stacks),
             format_bytes(row.peak_held_bytes),
-            format_bytes(row.end_bytes),
-            format_bytes(row.grown_bytes),
+            format_bytes(row.bytes.held_now_bytes()),
+            format_bytes(row.bytes.grown_bytes()),
             text::percent(row.weight_bytes(weight), all),
             processes_cell(report, &row.processes),
         );
@@ -217,22 +193,20 @@ pub(super) fn top_paths(report: &Report, options: &RenderOptions, end_ns: u64) -
 /// tooltip.
 fn processes_cell(report: &Report, processes: &[ProcessId]) -> String {
     let names: Vec<String> = processes.iter().map(|&id| report.name(id)).collect();
-    let kinds: Vec<String> = processes
+    let kinds: Vec<ProcessKind> = processes
         .iter()
         .filter_map(|&id| report.process(id))
-        .map(|p| p.kind.to_string())
+        .map(|p| p.kind)
         .collect();
-    let noun = match kinds.first() {
-        Some(kind) if kinds.iter().all(|k| k == kind) => kind.clone(),
-        _ => "process".to_owned(),
-    };
+    let same_kind = kinds
+        .first()
+        .filter(|&&kind| kinds.iter().all(|&k| k == kind));
     let count = names.len();
-    let plural = if count == 1 {
-        noun
-    } else if noun == "process" {
-        "processes".to_owned()
-    } else {
-        format!("{noun}s")
+    let plural = match (same_kind, count) {
+        (Some(kind), 1) => kind.to_string(),
+        (Some(kind), _) => kind.plural().to_owned(),
+        (None, 1) => "process".to_owned(),
+        (None, _) => "processes".to_owned(),
     };
     format!(
         "<span title=\"{}\">{count} {plural}</span>",

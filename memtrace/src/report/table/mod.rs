@@ -281,24 +281,11 @@ fn brief_helpers_row(brief: &[&ProcessReport], out: &mut dyn Write) -> io::Resul
     )
 }
 
-/// The TGID column: `4312`, `4312#2` for a reused tgid, `4312.0` and
-/// `4312.1` for the images before and after an execve.
-fn process_column(p: &ProcessReport) -> String {
-    let mut column = p.tgid.to_string();
-    if p.instance > 1 {
-        column.push_str(&format!("#{}", p.instance));
-    }
-    if p.image > 0 || p.next_image.is_some() {
-        column.push_str(&format!(".{}", p.image));
-    }
-    column
-}
-
 /// `tgid` and the TGID column of image `id` (`tgid ?` when not traced).
 fn process_ref(report: &Report, id: ProcessId) -> String {
     let column = report
         .process(id)
-        .map_or_else(|| "?".to_owned(), process_column);
+        .map_or_else(|| "?".to_owned(), text::process_column);
     format!("tgid {column}")
 }
 
@@ -326,8 +313,8 @@ fn process_row(p: &ProcessReport, out: &mut dyn Write) -> io::Result<()> {
         out,
         "{:>9}  {:<6}  {start:>10} {end:>10} {peak:>10} {growth:>11} {uss:>10} {cow:>10}  \
          {:<10}  {:<16}  {}",
-        process_column(p),
-        p.kind.to_string(),
+        text::process_column(p),
+        p.kind,
         text::python_text(p.python.as_ref(), false),
         text::ended_text(p),
         text::short_command(&p.cmdline, MAX_COMMAND_CHARS),
@@ -448,7 +435,7 @@ fn python_path_entry(
             "process",
             "processes"
         ),
-        process_list(report, &path.processes),
+        text::process_list(report, &path.processes, MAX_TGIDS_SHOWN),
     )?;
     frame_lines(&path.frames, out)?;
     let natives = path.natives(report, weight);
@@ -462,24 +449,6 @@ fn python_path_entry(
         writeln!(out, "        native: {}", children.join(", "))?;
     }
     Ok(())
-}
-
-/// `tgid 1, 2#2, 3.1`, at most [`MAX_TGIDS_SHOWN`] named, then `… N more`.
-fn process_list(report: &Report, processes: &[ProcessId]) -> String {
-    let shown: Vec<String> = processes
-        .iter()
-        .take(MAX_TGIDS_SHOWN)
-        .map(|&id| {
-            report
-                .process(id)
-                .map_or_else(|| "?".to_owned(), process_column)
-        })
-        .collect();
-    let mut list = format!("tgid {}", shown.join(", "));
-    if processes.len() > MAX_TGIDS_SHOWN {
-        list.push_str(&format!(", … {} more", processes.len() - MAX_TGIDS_SHOWN));
-    }
-    list
 }
 
 fn growth_paths(

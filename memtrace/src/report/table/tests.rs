@@ -359,13 +359,22 @@ fn no_path_of_the_weight_says_so_in_both_sections() {
 fn long_process_lists_are_cut_and_counted() {
     let report = many_processes_report(11);
     let ids: Vec<ProcessId> = (0..11).map(ProcessId).collect();
-    assert_eq!(process_list(&report, &ids[..1]), "tgid 1");
-    assert_eq!(process_list(&report, &ids[..3]), "tgid 1, 2, 3");
     assert_eq!(
-        process_list(&report, &ids),
+        text::process_list(&report, &ids[..1], MAX_TGIDS_SHOWN),
+        "tgid 1"
+    );
+    assert_eq!(
+        text::process_list(&report, &ids[..3], MAX_TGIDS_SHOWN),
+        "tgid 1, 2, 3"
+    );
+    assert_eq!(
+        text::process_list(&report, &ids, MAX_TGIDS_SHOWN),
         "tgid 1, 2, 3, 4, 5, 6, 7, 8, … 3 more"
     );
-    assert_eq!(process_list(&report, &[ProcessId(99)]), "tgid ?");
+    assert_eq!(
+        text::process_list(&report, &[ProcessId(99)], MAX_TGIDS_SHOWN),
+        "tgid ?"
+    );
 }
 
 /// One process with `n` growth paths of distinct sizes.
