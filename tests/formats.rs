@@ -227,14 +227,6 @@ fn available(program: &Path, test: &str) -> bool {
     false
 }
 
-fn stdout_of(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr_of(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 /// `go tool pprof ARGS FILE` (with its cache under `home`), expecting
 /// success; returns its standard output.
 fn pprof(file: &Path, home: &Path, args: &[&str]) -> String {
@@ -245,11 +237,11 @@ fn pprof(file: &Path, home: &Path, args: &[&str]) -> String {
         .env("HOME", home)
         .output()
         .unwrap();
-    let text = stdout_of(&output);
+    let text = common::stdout_of(&output);
     assert!(
         output.status.success(),
         "go tool pprof {args:?} failed:\n{text}\n{}",
-        stderr_of(&output)
+        common::stderr_of(&output)
     );
     text
 }
@@ -441,7 +433,7 @@ fn speedscope_dom(file: &Path, screenshot: Option<&Path>) -> String {
         script.display()
     );
     let dom = chromium(&url, &["--virtual-time-budget=10000", "--dump-dom"]);
-    let (dom_text, stderr) = (stdout_of(&dom), stderr_of(&dom));
+    let (dom_text, stderr) = (common::stdout_of(&dom), common::stderr_of(&dom));
     assert!(dom.status.success(), "{stderr}");
     assert!(script_errors(&stderr).is_empty(), "{stderr}");
     assert!(!dom_text.contains("Something went wrong"), "{dom_text}");
@@ -454,7 +446,11 @@ fn speedscope_dom(file: &Path, screenshot: Option<&Path>) -> String {
                 &format!("--screenshot={}", shot.display()),
             ],
         );
-        assert!(screenshot.status.success(), "{}", stderr_of(&screenshot));
+        assert!(
+            screenshot.status.success(),
+            "{}",
+            common::stderr_of(&screenshot)
+        );
         assert!(shot.metadata().unwrap().len() > 0);
     }
     dom_text
@@ -486,7 +482,7 @@ fn speedscope_web_app_loads_the_profile() {
 fn html_dom(file: &Path, screenshot: Option<&Path>) -> String {
     let url = format!("file://{}", file.canonicalize().unwrap().display());
     let dom = chromium(&url, &["--dump-dom"]);
-    let (dom_text, stderr) = (stdout_of(&dom), stderr_of(&dom));
+    let (dom_text, stderr) = (common::stdout_of(&dom), common::stderr_of(&dom));
     assert!(dom.status.success(), "{stderr}");
     assert!(script_errors(&stderr).is_empty(), "{stderr}");
     if let Some(shot) = screenshot {
@@ -497,8 +493,12 @@ fn html_dom(file: &Path, screenshot: Option<&Path>) -> String {
                 &format!("--screenshot={}", shot.display()),
             ],
         );
-        assert!(screenshot.status.success(), "{}", stderr_of(&screenshot));
-        assert!(script_errors(&stderr_of(&screenshot)).is_empty());
+        assert!(
+            screenshot.status.success(),
+            "{}",
+            common::stderr_of(&screenshot)
+        );
+        assert!(script_errors(&common::stderr_of(&screenshot)).is_empty());
         println!("screenshot: {}", shot.display());
     }
     dom_text
@@ -608,7 +608,7 @@ fn html_layout(file: &Path) -> Value {
     let url = format!("file://{}", probed.display());
     let size = format!("--window-size={},{}", SCREEN.0, SCREEN.1);
     let dom = chromium(&url, &[&size, "--virtual-time-budget=5000", "--dump-dom"]);
-    let (dom_text, stderr) = (stdout_of(&dom), stderr_of(&dom));
+    let (dom_text, stderr) = (common::stdout_of(&dom), common::stderr_of(&dom));
     assert!(dom.status.success(), "{stderr}");
     assert!(script_errors(&stderr).is_empty(), "{stderr}");
     let json = dom_text
@@ -699,8 +699,14 @@ fn assert_first_screen(file: &Path) {
         layout["matched"].as_str().unwrap().starts_with("Matched: "),
         "{layout}"
     );
-    assert_eq!(layout["find_prompted"], 0, "Ctrl-F taken from the browser: {layout}");
-    assert_eq!(layout["search_prompted"], 1, "Search asked for no term: {layout}");
+    assert_eq!(
+        layout["find_prompted"], 0,
+        "Ctrl-F taken from the browser: {layout}"
+    );
+    assert_eq!(
+        layout["search_prompted"], 1,
+        "Search asked for no term: {layout}"
+    );
 }
 
 #[test]
@@ -721,7 +727,11 @@ fn html_report_first_screen_at_1400x900() {
     let url = format!("file://{}", file.canonicalize().unwrap().display());
     let size = format!("--window-size={},{}", SCREEN.0, SCREEN.1);
     let screenshot = chromium(&url, &[&size, &format!("--screenshot={}", shot.display())]);
-    assert!(screenshot.status.success(), "{}", stderr_of(&screenshot));
+    assert!(
+        screenshot.status.success(),
+        "{}",
+        common::stderr_of(&screenshot)
+    );
     println!("screenshot: {}", shot.display());
     // Any other page, e.g. `memtrace report --format html` of a capture of
     // `cargo xtask demo`.
@@ -774,7 +784,7 @@ fn a_real_trace_writes_files_their_programs_open() {
         .output()
         .unwrap();
     common::assert_success(&output, "memtrace run recycle_workers.py");
-    let stdout = stdout_of(&output);
+    let stdout = common::stdout_of(&output);
     let on_reused_pids = workload_event(&stdout, "exit")["reused"].as_u64().unwrap();
     // `.json` beside the folded stacks (`.speedscope.json` also ends so).
     let report = file_ending(dir.path(), ".folded").with_extension("json");

@@ -21,7 +21,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use common::{memtrace, python_3_11, require_ebpf};
+use common::{memtrace, python_3_11, require_ebpf, stderr_of, stdout_of};
 
 /// What a planted file holds; it must survive every run.
 const SECRET: &str = "another user's data\n";
@@ -46,17 +46,9 @@ fn memtrace_output(args: &[&str]) -> Output {
     memtrace().args(args).stdin(Stdio::null()).output().unwrap()
 }
 
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 /// Asserts that `output` failed with an error naming `path` and `words`.
 fn assert_refused(output: &Output, path: &Path, words: &str) {
-    let err = stderr(output);
+    let err = stderr_of(output);
     assert!(!output.status.success(), "succeeded:\n{err}");
     assert!(
         err.contains(&format!("`{}`", path.display())) && err.contains(words),
@@ -97,7 +89,7 @@ fn the_capture_file_is_never_written_through_a_link_nor_over_a_file_without_forc
     assert_eq!(std::fs::read_to_string(&capture).unwrap(), SECRET);
 
     let output = run_python(&python, dir.path(), &["--capture", capture_arg, "--force"]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(output.status.success(), "{}", stderr_of(&output));
     let text = std::fs::read_to_string(&capture).unwrap();
     assert!(text.starts_with("{\"memtrace_capture\""), "{text}");
 }
@@ -113,7 +105,7 @@ fn report_and_diff_outputs_are_never_written_through_a_link_nor_over_a_file_with
         dir.path(),
         &["--capture", capture.to_str().unwrap()],
     );
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(output.status.success(), "{}", stderr_of(&output));
     let capture = capture.to_str().unwrap();
     let commands: [(&str, Vec<&str>); 2] = [
         ("report", vec!["report", capture, "--format", "folded"]),
@@ -138,7 +130,11 @@ fn report_and_diff_outputs_are_never_written_through_a_link_nor_over_a_file_with
         assert_eq!(std::fs::read_to_string(&out).unwrap(), SECRET, "{name}");
 
         let replaced = with(&["--force"]);
-        assert!(replaced.status.success(), "{name}: {}", stderr(&replaced));
+        assert!(
+            replaced.status.success(),
+            "{name}: {}",
+            stderr_of(&replaced)
+        );
         let text = std::fs::read_to_string(&out).unwrap();
         assert!(!text.is_empty() && text != SECRET, "{name}: {text}");
     }
@@ -168,7 +164,7 @@ fn an_existing_format_file_is_a_warning_and_the_report_is_still_printed() {
         })
         .collect();
     let output = run_python(&python, dir.path(), &["--format", "flamegraph"]);
-    let err = stderr(&output);
+    let err = stderr_of(&output);
     assert!(output.status.success(), "{err}");
     assert!(
         err.contains(".svg`") && err.contains("--force") && err.contains("is not written"),
@@ -177,17 +173,17 @@ fn an_existing_format_file_is_a_warning_and_the_report_is_still_printed() {
     for path in &planted {
         assert_eq!(std::fs::read_to_string(path).unwrap(), SECRET);
     }
-    let report = stdout(&output);
+    let report = stdout_of(&output);
     assert!(report.contains("memtrace: traced `"), "{report}");
     assert!(report.contains("JSON report:"), "{report}");
 
     // A later second: a new stem (the same one would get `-2`).
     std::thread::sleep(Duration::from_secs(1));
     let output = run_python(&python, dir.path(), &["--format", "flamegraph", "--force"]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(output.status.success(), "{}", stderr_of(&output));
     let replaced = planted
         .iter()
         .filter(|p| std::fs::read_to_string(p).unwrap() != SECRET)
         .count();
-    assert_eq!(replaced, 1, "{}", stderr(&output));
+    assert_eq!(replaced, 1, "{}", stderr_of(&output));
 }

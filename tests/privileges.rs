@@ -25,7 +25,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use common::{require_ebpf, script, skip, stack_functions};
+use common::{require_ebpf, script, skip, stack_functions, stderr_of};
 use serde_json::Value;
 
 /// The unprivileged uid and gid the tests drop to (`nobody`).
@@ -98,10 +98,6 @@ fn run_grow_cache(uid: u32, caps: &[&str], dir: &Path) -> Output {
         .unwrap()
 }
 
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 /// The JSON report in `dir`.
 fn json_report(dir: &Path) -> Value {
     let path: PathBuf = std::fs::read_dir(dir)
@@ -118,7 +114,7 @@ fn assert_traced_python(output: &Output, dir: &Path) {
         output.status.success(),
         "memtrace failed: {}\n{}",
         output.status,
-        stderr(output)
+        stderr_of(output)
     );
     let report = json_report(dir);
     let processes = report["processes"].as_array().unwrap();
@@ -131,7 +127,7 @@ fn assert_traced_python(output: &Output, dir: &Path) {
             .iter()
             .any(|f| f == "fill_cache")
     });
-    assert!(grown, "no fill_cache path:\n{}", stderr(output));
+    assert!(grown, "no fill_cache path:\n{}", stderr_of(output));
 }
 
 #[test]
@@ -170,7 +166,7 @@ fn another_uid_without_cap_dac_read_search_is_told_to_add_it() {
     let dir = shared_dir();
     let output = run_grow_cache(NOBODY, ROOT_SET, dir.path());
     assert!(!output.status.success());
-    let text = stderr(&output);
+    let text = stderr_of(&output);
     assert!(
         text.contains("cannot be read by uid 65534 without CAP_DAC_READ_SEARCH"),
         "{text}"
@@ -200,7 +196,7 @@ fn root_without_cap_bpf_is_told_which_capability_and_not_sudo() {
         .output()
         .unwrap();
     assert!(!output.status.success());
-    let text = stderr(&output);
+    let text = stderr_of(&output);
     assert!(
         text.contains("CAP_BPF missing from its effective capabilities"),
         "{text}"
@@ -237,7 +233,7 @@ fn recording_another_users_process_names_cap_sys_ptrace() {
     target.kill().unwrap();
     target.wait().unwrap();
     assert!(!refused.status.success());
-    let text = stderr(&refused);
+    let text = stderr_of(&refused);
     assert!(
         text.contains(&format!(
             "cannot read the memory of PID {pid} (uid 0) as uid 65534: memtrace needs \
@@ -245,5 +241,5 @@ fn recording_another_users_process_names_cap_sys_ptrace() {
         )),
         "{text}"
     );
-    assert!(with.status.success(), "{}", stderr(&with));
+    assert!(with.status.success(), "{}", stderr_of(&with));
 }

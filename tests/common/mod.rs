@@ -91,6 +91,16 @@ pub fn interpreter(candidates: &[PathBuf]) -> Option<PathBuf> {
     found
 }
 
+/// A command's standard output, lossily decoded.
+pub fn stdout_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A command's standard error, lossily decoded.
+pub fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// Asserts that the command `what` succeeded, with its output if not.
 pub fn assert_success(output: &Output, what: &str) {
     assert!(
