@@ -117,14 +117,13 @@ pub fn causes(report: &Report, findings: &[Finding]) -> Vec<Cause> {
         cause.processes = processes(report, findings, cause);
         cause.places = places(report, findings, cause);
     }
-    let mut causes = merge_same_growth(report, findings, causes);
     for cause in causes
         .iter_mut()
         .filter(|c| c.pattern == Pattern::Retention)
     {
         add_retaining_siblings(report, findings, cause);
     }
-    causes
+    merge_same_growth(report, findings, causes)
 }
 
 /// Adds to a retention cause about workers their sibling workers that hold
@@ -189,7 +188,9 @@ fn finding_functions(report: &Report, finding: &Finding) -> Vec<String> {
 /// Folds each cause into an earlier one about the same growth: the
 /// processes of one are among the other's and their largest place is the
 /// same function (the growth told by another pattern: one worker outgrows
-/// its siblings, and it and they retain through that function).
+/// its siblings, and it and they retain through that function), or it is
+/// the same pattern in processes all among the earlier cause's (a worker's
+/// retention is one cause, whichever function held most in it).
 fn merge_same_growth(report: &Report, findings: &[Finding], causes: Vec<Cause>) -> Vec<Cause> {
     let mut merged: Vec<Cause> = Vec::new();
     for cause in causes {
@@ -213,10 +214,11 @@ fn merge_same_growth(report: &Report, findings: &[Finding], causes: Vec<Cause>) 
 /// Whether `later` is the growth `earlier` is about.
 fn same_growth(earlier: &Cause, later: &Cause) -> bool {
     let within = |a: &Cause, b: &Cause| a.processes.iter().all(|p| b.processes.contains(p));
+    let same_function = top_python_function(earlier).is_some()
+        && top_python_function(earlier) == top_python_function(later);
     !later.processes.is_empty()
-        && (within(later, earlier) || within(earlier, later))
-        && top_python_function(earlier).is_some()
-        && top_python_function(earlier) == top_python_function(later)
+        && ((earlier.pattern == later.pattern && within(later, earlier))
+            || (same_function && (within(later, earlier) || within(earlier, later))))
 }
 
 /// [`function_key`] of a cause's largest place, when that is a Python

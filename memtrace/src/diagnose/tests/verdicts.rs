@@ -220,3 +220,28 @@ fn a_worker_that_retained_too_little_for_a_finding_joins_its_siblings_cause() {
         "{lines:#?}"
     );
 }
+
+#[test]
+fn a_weak_retention_in_workers_already_in_a_cause_joins_it() {
+    let (mut run, master) = run_with_workers_leaking_at(&[(201, 24), (202, 20)]);
+    // tgid 203 retains 18 MiB: a little through `remember`, most through
+    // three other functions, so its own finding names no `remember` path.
+    let other = run.fork(203, master, S / 10, 12);
+    run.readings(
+        other,
+        S / 2,
+        &[(12, 0), (18, 20_000), (24, 40_000), (30, 60_000)],
+    );
+    run.flat(other, 2 * S + S / 2, 9 * S, at(30, 60_050));
+    for (function, mib) in [("parse", 6), ("render", 5), ("encode", 5), ("remember", 2)] {
+        run.grow(other, function, S, mib);
+    }
+    let report = diagnose(run.finish(9 * S));
+    let retention = of(&report.diagnosis, Pattern::Retention);
+    assert_eq!(retention.len(), 3, "{:#?}", report.diagnosis);
+    assert_eq!(report.causes.len(), 1, "{:#?}", report.causes);
+    let cause = &report.causes[0];
+    let tgids: Vec<u32> = cause.processes.iter().map(|&id| report.tgid(id)).collect();
+    assert_eq!(tgids, [201, 202, 203], "{cause:#?}");
+    assert_eq!(cause.findings.len(), 3);
+}
