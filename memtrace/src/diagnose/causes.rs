@@ -202,7 +202,11 @@ fn merge_same_growth(report: &Report, findings: &[Finding], causes: Vec<Cause>) 
                     earlier.also_patterns.push(cause.pattern);
                 }
                 earlier.findings.extend(cause.findings);
-                earlier.processes = processes(report, findings, earlier);
+                // A union, not the findings' processes again: siblings a
+                // retention cause took in have no finding of their own.
+                earlier.processes.extend(cause.processes);
+                earlier.processes =
+                    processes_by_growth(report, std::mem::take(&mut earlier.processes));
                 earlier.places = places(report, findings, earlier);
             }
             None => merged.push(cause),

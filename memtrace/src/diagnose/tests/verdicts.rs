@@ -245,3 +245,37 @@ fn a_weak_retention_in_workers_already_in_a_cause_joins_it() {
     assert_eq!(tgids, [201, 202, 203], "{cause:#?}");
     assert_eq!(cause.findings.len(), 3);
 }
+
+#[test]
+fn a_sibling_that_joined_a_cause_stays_when_another_cause_folds_into_it() {
+    let (mut run, master) = run_with_workers_leaking_at(&[(201, 24), (202, 20)]);
+    // tgid 203 retains 18 MiB mostly through other functions: a cause of
+    // its own that folds into the first. tgid 204 retains +6 MiB through
+    // `remember`, too little for a finding: a sibling the first cause takes
+    // in before the fold, which must not drop it.
+    let other = run.fork(203, master, S / 10, 12);
+    run.readings(
+        other,
+        S / 2,
+        &[(12, 0), (18, 20_000), (24, 40_000), (30, 60_000)],
+    );
+    run.flat(other, 2 * S + S / 2, 9 * S, at(30, 60_050));
+    for (function, mib) in [("parse", 6), ("render", 5), ("encode", 5), ("remember", 2)] {
+        run.grow(other, function, S, mib);
+    }
+    let small = run.fork(204, master, S / 10, 12);
+    run.readings(
+        small,
+        S / 2,
+        &[(12, 0), (14, 20_000), (16, 40_000), (18, 60_000)],
+    );
+    run.flat(small, 2 * S + S / 2, 9 * S, at(18, 60_050));
+    for second in 0..3 {
+        run.grow(small, "remember", S / 2 + second * S / 2, 2);
+    }
+    let report = diagnose(run.finish(9 * S));
+    assert_eq!(report.causes.len(), 1, "{:#?}", verdict::lines(&report));
+    let cause = &report.causes[0];
+    let tgids: Vec<u32> = cause.processes.iter().map(|&id| report.tgid(id)).collect();
+    assert_eq!(tgids, [201, 202, 203, 204], "{cause:#?}");
+}
