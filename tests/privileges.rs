@@ -153,6 +153,29 @@ fn another_uid_with_the_documented_set_traces() {
 }
 
 #[test]
+fn the_command_run_starts_gets_none_of_memtraces_capabilities() {
+    require_ebpf!();
+    if tools_missing() {
+        return;
+    }
+    let dir = shared_dir();
+    let output = memtrace_with(NOBODY, USER_SET)
+        .args(["run", "--quiet", "--output-dir"])
+        .arg(dir.path())
+        .args(["--", "/bin/sh", "-c", "grep '^Cap' /proc/self/status"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let status = String::from_utf8_lossy(&output.stdout);
+    for set in ["CapAmb", "CapPrm", "CapEff"] {
+        assert!(
+            status.contains(&format!("{set}:\t0000000000000000")),
+            "{set} of the command is not empty:\n{status}"
+        );
+    }
+}
+
+#[test]
 fn another_uid_without_cap_dac_read_search_is_told_to_add_it() {
     require_ebpf!();
     if tools_missing() {

@@ -72,9 +72,10 @@ pub fn spawn_held(argv: &[OsString]) -> Result<HeldChild, LaunchError> {
     let pid_tx = OwnedFd::from(pid_tx);
     let go_rx = OwnedFd::from(go_rx);
     // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe functions (getpid, write, read).
+    // async-signal-safe functions (prctl, getpid, write, read).
     unsafe {
         cmd.pre_exec(move || {
+            clear_ambient_capabilities()?;
             let mut tx = std::fs::File::from(pid_tx.try_clone()?);
             tx.write_all(&std::process::id().to_ne_bytes())?;
             drop(tx);
@@ -101,6 +102,33 @@ pub fn spawn_held(argv: &[OsString]) -> Result<HeldChild, LaunchError> {
         go: std::fs::File::from(OwnedFd::from(go_tx)),
         spawner,
     })
+}
+
+/// Empties the calling process's ambient capability set, so the command
+/// runs with the privileges of its uid only: capabilities memtrace was given
+/// to trace (`setpriv --ambient-caps=+bpf,...`) are not passed on through
+/// `execve` (capabilities(7), "Transformation of capabilities during
+/// execve()"). Makes no allocation: it runs between fork and exec.
+///
+/// # Errors
+/// The OS error of `prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)`
+/// (EINVAL before Linux 4.3, which has no ambient set).
+fn clear_ambient_capabilities() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only; no memory is passed.
+    let ret = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 impl HeldChild {
