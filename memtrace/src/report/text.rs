@@ -1,11 +1,15 @@
 //! Words shared by the text-carrying renderers of the report step (table,
 //! HTML, flame graph titles, pprof comments): how a diagnosis finding, its
 //! scope and its code paths read, how a process image ended, and what share
-//! of all bytes of a measure a path holds.
+//! of all bytes of a measure a path holds, and how the run began and ended
+//! (attach time, the command's exit status).
 
 pub(crate) use crate::aggregate::short_command;
+use std::time::{Duration, SystemTime};
+
 use crate::aggregate::{
-    Frame, ProcessId, ProcessKind, ProcessReport, PythonStatus, Report, StackId, Weight,
+    ExitStatus, Frame, ProcessId, ProcessKind, ProcessReport, PythonStatus, Report, RunMeta,
+    StackId, Weight,
 };
 use crate::diagnose::{Finding, Pattern, Scope, Strength};
 use crate::units::format_bytes;
@@ -293,6 +297,39 @@ pub(crate) fn frame_text(frame: &Frame) -> String {
         Frame::Native { .. } => format!("native: {frame}"),
         _ => frame.to_string(),
     }
+}
+
+/// What attaching hid: for attached processes, the growth before tracing
+/// began; for a held command, nothing. `None` when attaching was not
+/// measured.
+pub(crate) fn attach_line(meta: &RunMeta) -> Option<String> {
+    if meta.attach_ns == 0 {
+        return None;
+    }
+    let took = meta.attach_ns as f64 / NS_PER_S;
+    if meta.command_held {
+        return Some(format!(
+            "the command was held before its first instruction until tracing was attached \
+             (attaching took {took:.1} s): none of its growth is missed"
+        ));
+    }
+    let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(meta.attached_unix_ns);
+    // RFC 3339 in UTC: "2026-11-30T07:04:25Z".
+    let rfc3339 = humantime::format_rfc3339_seconds(at).to_string();
+    let time_of_day = rfc3339.get(11..19).unwrap_or(&rfc3339);
+    Some(format!(
+        "growth before {time_of_day} UTC (attaching took {took:.1} s) is not seen: RSS START is \
+         what each process held then"
+    ))
+}
+
+/// `the command ended: SIGKILL (memtrace exits with 137, as a shell
+/// would)`.
+pub(crate) fn command_ended(status: ExitStatus) -> String {
+    format!(
+        "the command ended: {status} (memtrace exits with {}, as a shell would)",
+        status.shell_status()
+    )
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::io::{self, Write};
 
 use super::text::seconds;
 use super::{flamegraph, text, RenderOptions};
-use crate::aggregate::{ProcessId, ProcessReport, Report};
+use crate::aggregate::{ProcessId, ProcessReport, Report, RunMeta};
 use crate::diagnose::Diagnosed;
 use crate::units::{format_bytes, format_signed_bytes};
 
@@ -98,6 +98,7 @@ pub fn render(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) 
         seconds(report.meta.duration_ns),
         format_bytes(report.meta.sample_interval_bytes)
     )?;
+    out.write_all(run_lines(&report.meta).as_bytes())?;
     out.write_all(first_screen(report, options).as_bytes())?;
     let order: Vec<&ProcessReport> = tree_order(report).into_iter().map(|(_, p)| p).collect();
     out.write_all(process_tree(report).as_bytes())?;
@@ -111,6 +112,17 @@ pub fn render(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) 
         "<footer><p>Written by memtrace {}.</p></footer>\n</body>\n</html>",
         env!("CARGO_PKG_VERSION")
     )
+}
+
+/// How tracing began (what attaching hid) and how the command ended, one
+/// paragraph each under the header, as the terminal's header says them.
+fn run_lines(meta: &RunMeta) -> String {
+    let status = meta.command_status.map(text::command_ended);
+    text::attach_line(meta)
+        .into_iter()
+        .chain(status)
+        .map(|line| format!("<p class=\"run\">memtrace: {}</p>\n", escape(&line)))
+        .collect()
 }
 
 /// What the first screen shows: the verdict on the left; the RSS chart of

@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::aggregate::test_support::{native, prefork_report, py};
-use crate::aggregate::{Frame, Weight};
+use crate::aggregate::{ExitStatus, Frame, Weight};
 use crate::report::fixtures::server_diagnosed;
 use crate::report::fixtures::{lifecycle_diagnosed, lifecycle_report, S};
 use crate::report::verdict;
@@ -536,4 +536,33 @@ fn the_flame_graph_keeps_its_script_and_leaves_find_to_the_browser() {
     assert!(flame.contains(FIND_KEYS_SCRIPT), "{flame}");
     // In the capture phase: before inferno's listener on the window.
     assert!(FIND_KEYS_SCRIPT.contains("}, true);"));
+}
+
+#[test]
+fn the_header_says_what_attaching_hid_and_how_the_command_ended() {
+    let mut report = lifecycle_diagnosed();
+    report.report.meta.command_status = Some(ExitStatus::Signal {
+        signal: 9,
+        core_dumped: false,
+    });
+    let html = page(&report);
+    let header_end = html.find("</header>").expect("a header");
+    let run_lines: Vec<&str> = html[header_end..]
+        .lines()
+        .filter(|l| l.starts_with("<p class=\"run\">"))
+        .collect();
+    assert_eq!(
+        run_lines,
+        [
+            format!(
+                "<p class=\"run\">memtrace: {}</p>",
+                escape(&text::attach_line(&report.report.meta).unwrap())
+            ),
+            "<p class=\"run\">memtrace: the command ended: SIGKILL (memtrace exits with 137, as \
+             a shell would)</p>"
+                .to_owned(),
+        ],
+        "{}",
+        &html[..html.find("class=\"first\"").unwrap()]
+    );
 }

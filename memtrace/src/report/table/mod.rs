@@ -11,12 +11,11 @@
 //! and where the files went.
 
 use std::io::{self, Write};
-use std::time::{Duration, SystemTime};
 
 use super::{text, verdict, RenderOptions, WrittenFiles};
 use crate::aggregate::{
-    ExitStatus, Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, Role,
-    RunMeta, SampledBytes, Weight,
+    Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, Role,
+    SampledBytes, Weight,
 };
 use crate::diagnose::{Diagnosed, Finding};
 use crate::units::{format_bytes, format_signed_bytes};
@@ -171,46 +170,13 @@ fn header(report: &Report, out: &mut dyn Write) -> io::Result<()> {
         meta.duration_ns as f64 / NS_PER_S,
         format_bytes(meta.sample_interval_bytes),
     )?;
-    if let Some(line) = attach_line(meta) {
+    if let Some(line) = text::attach_line(meta) {
         writeln!(out, "memtrace: {line}")?;
     }
     match meta.command_status {
-        Some(status) => writeln!(out, "{}", command_ended(status)),
+        Some(status) => writeln!(out, "memtrace: {}", text::command_ended(status)),
         None => Ok(()),
     }
-}
-
-/// What attaching hid: for attached processes, the growth before tracing
-/// began; for a held command, nothing. `None` when attaching was not
-/// measured.
-fn attach_line(meta: &RunMeta) -> Option<String> {
-    if meta.attach_ns == 0 {
-        return None;
-    }
-    let took = meta.attach_ns as f64 / NS_PER_S;
-    if meta.command_held {
-        return Some(format!(
-            "the command was held before its first instruction until tracing was attached \
-             (attaching took {took:.1} s): none of its growth is missed"
-        ));
-    }
-    let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(meta.attached_unix_ns);
-    // RFC 3339 in UTC: "2026-11-30T07:04:25Z".
-    let rfc3339 = humantime::format_rfc3339_seconds(at).to_string();
-    let time_of_day = rfc3339.get(11..19).unwrap_or(&rfc3339);
-    Some(format!(
-        "growth before {time_of_day} UTC (attaching took {took:.1} s) is not seen: RSS START is \
-         what each process held then"
-    ))
-}
-
-/// `memtrace: the command ended: SIGKILL (memtrace exits with 137, as a
-/// shell would)`.
-fn command_ended(status: ExitStatus) -> String {
-    format!(
-        "memtrace: the command ended: {status} (memtrace exits with {}, as a shell would)",
-        status.shell_status()
-    )
 }
 
 /// The process table: one row per image, by RSS growth, then the legend of
