@@ -2,7 +2,8 @@
 //! memtrace binary runs, under `memtrace run` in a tmux pane, a Python
 //! script that prints 30 numbered lines while the live view refreshes; every
 //! one of them must still be in the pane's history at the end (redrawing the
-//! view in place used to erase most of them).
+//! view in place used to erase most of them). The same holds when the
+//! script writes to `/dev/tty` with its standard streams elsewhere.
 //!
 //! It needs tmux (`cargo xtask test` installs it), root (CAP_BPF +
 //! CAP_PERFMON), a kernel with BTF and pyenv's CPython 3.11; without them it
@@ -111,8 +112,11 @@ fn quoted(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
 
-#[test]
-fn the_live_view_never_overwrites_the_traced_programs_output() {
+/// Runs `memtrace run -- COMMAND` in a tmux pane, where COMMAND is bash
+/// running the line `python print_lines.py ARGS REDIRECTS`, and checks that
+/// every line the script printed is still in the pane's history and that
+/// the live view showed.
+fn assert_the_programs_lines_survive(script_args: &str) {
     let python = require_ebpf!(python_3_11());
     if !tmux_installed() {
         skip("tmux is not installed (cargo xtask test installs it)");
@@ -120,12 +124,16 @@ fn the_live_view_never_overwrites_the_traced_programs_output() {
     }
     let out_dir = tempfile::tempdir().unwrap();
     let tmux = Tmux::start();
-    tmux.type_line(&format!(
-        "{} run --output-dir {} -- {} {} --lines {LINES} --interval 0.25; echo {DONE}-$?",
-        quoted(Path::new(env!("CARGO_BIN_EXE_memtrace"))),
-        quoted(out_dir.path()),
+    let program = format!(
+        "exec {} {} --lines {LINES} --interval 0.25 {script_args}",
         quoted(&python),
         quoted(&script("print_lines.py")),
+    );
+    tmux.type_line(&format!(
+        "{} run --output-dir {} -- bash -c {}; echo {DONE}-$?",
+        quoted(Path::new(env!("CARGO_BIN_EXE_memtrace"))),
+        quoted(out_dir.path()),
+        quoted(Path::new(&program)),
     ));
     let history = tmux.wait_for(DONE, Duration::from_secs(90));
     assert!(
@@ -149,4 +157,16 @@ fn the_live_view_never_overwrites_the_traced_programs_output() {
             .any(|l| l.starts_with("memtrace: ") && l.contains(" records, ")),
         "no live view line:\n{history}"
     );
+}
+
+#[test]
+fn the_live_view_never_overwrites_the_traced_programs_output() {
+    assert_the_programs_lines_survive("");
+}
+
+#[test]
+fn the_live_view_never_overwrites_what_the_program_writes_to_dev_tty() {
+    // Its standard streams are elsewhere: only its open /dev/tty, whose
+    // terminal is its controlling one, says it writes to the pane.
+    assert_the_programs_lines_survive("--tty </dev/null >/dev/null 2>&1");
 }

@@ -277,15 +277,15 @@ impl Session {
     }
 
     /// Turns the live view into plain lines once a traced process (or
-    /// `memtrace run`'s command before its execve) has a standard stream on
-    /// the terminal the view redraws in place on, so that a redraw never
-    /// erases that process's own output.
+    /// `memtrace run`'s command before its execve) has the terminal the view
+    /// redraws in place on open (a standard stream, or `/dev/tty`), so that a
+    /// redraw never erases that process's own output.
     fn keep_off_shared_terminal(&self, live: &mut LiveView) {
         let Some(rdev) = live.terminal() else {
             return;
         };
         let mut tgids = self.tree.live().map(|p| p.tgid).chain(self.launched);
-        if tgids.any(|tgid| proc::std_streams_on_device(tgid, rdev)) {
+        if tgids.any(|tgid| proc::uses_terminal(tgid, rdev)) {
             live.share_terminal();
         }
     }

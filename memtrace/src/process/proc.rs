@@ -284,15 +284,48 @@ pub fn self_and_ancestors() -> Vec<u32> {
     chain
 }
 
-/// Whether standard input, output or error of `pid` is the character
-/// device `rdev` (a terminal's `st_rdev`): the live view must not redraw
-/// over a terminal a traced process uses. `false` when they cannot be read.
-pub fn std_streams_on_device(pid: u32, rdev: u64) -> bool {
+/// `/dev/tty`'s device number: major 5, minor 0 (the kernel's
+/// Documentation/admin-guide/devices.txt), whatever terminal it stands for.
+const DEV_TTY: (u32, u32) = (5, 0);
+
+/// Whether `pid` has the character device `rdev` (a terminal's `st_rdev`)
+/// open on any file descriptor, or `/dev/tty` while that terminal is its
+/// controlling terminal: it may write to that terminal, so the live view
+/// must not redraw over it. `false` when the descriptors cannot be read.
+/// A program that opens `/dev/tty` only for the moment of one write is not
+/// seen unless a check falls in that moment.
+pub fn uses_terminal(pid: u32, rdev: u64) -> bool {
     use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
-    (0..=2).any(|fd| {
-        std::fs::metadata(format!("/proc/{pid}/fd/{fd}"))
-            .is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == rdev)
-    })
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    let mut opens_dev_tty = false;
+    for fd in fds.filter_map(Result::ok) {
+        let Ok(meta) = std::fs::metadata(fd.path()) else {
+            continue;
+        };
+        if !meta.file_type().is_char_device() {
+            continue;
+        }
+        if meta.rdev() == rdev {
+            return true;
+        }
+        opens_dev_tty |= device_numbers(meta.rdev()) == DEV_TTY;
+    }
+    opens_dev_tty && controlling_terminal(pid) == Some(device_numbers(rdev))
+}
+
+/// `(major, minor)` of a device number as `stat(2)` gives it.
+fn device_numbers(rdev: u64) -> (u32, u32) {
+    (libc::major(rdev), libc::minor(rdev))
+}
+
+/// `(major, minor)` of the controlling terminal of `pid` (`tty_nr` of
+/// `/proc/PID/stat`); `None` without one or when it cannot be read.
+fn controlling_terminal(pid: u32) -> Option<(u32, u32)> {
+    let stat = Process::new(pid as i32).ok()?.stat().ok()?;
+    let (major, minor) = stat.tty_nr();
+    (stat.tty_nr != 0).then(|| (major as u32, minor as u32))
 }
 
 /// Parent PID of `pid`, if it can be read.
@@ -354,24 +387,35 @@ mod tests {
     }
 
     #[test]
-    fn a_process_whose_output_goes_to_a_device_is_seen_using_it() {
+    fn a_process_with_a_device_open_is_seen_using_it() {
         use std::os::unix::fs::MetadataExt as _;
         use std::process::{Command, Stdio};
         let rdev = |path: &str| std::fs::metadata(path).unwrap().rdev();
-        let mut child = Command::new("sleep")
-            .arg("10")
+        // Standard output on /dev/null; /dev/zero on descriptor 3 once the
+        // shell has run its first command.
+        let mut child = Command::new("sh")
+            .args(["-c", "exec 3</dev/zero; echo opened; exec sleep 10"])
             .stdin(Stdio::piped())
-            .stdout(std::fs::File::create("/dev/null").unwrap())
-            .stderr(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create("/dev/null").unwrap())
             .spawn()
             .unwrap();
-        let on_null = std_streams_on_device(child.id(), rdev("/dev/null"));
-        let on_zero = std_streams_on_device(child.id(), rdev("/dev/zero"));
+        let mut opened = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut opened,
+        )
+        .unwrap();
+        let on_null = uses_terminal(child.id(), rdev("/dev/null"));
+        let on_zero = uses_terminal(child.id(), rdev("/dev/zero"));
+        let on_full = uses_terminal(child.id(), rdev("/dev/full"));
         let _ = child.kill();
         let _ = child.wait();
-        assert!(on_null, "its standard output is /dev/null");
-        assert!(!on_zero, "none of its streams is /dev/zero");
-        assert!(!std_streams_on_device(4_999_999, rdev("/dev/null")));
+        assert_eq!(opened, "opened\n");
+        assert!(on_null, "its standard error is /dev/null");
+        assert!(on_zero, "descriptor 3 is /dev/zero");
+        assert!(!on_full, "nothing of it is /dev/full");
+        assert!(!uses_terminal(4_999_999, rdev("/dev/null")));
     }
 
     #[test]
