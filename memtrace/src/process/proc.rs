@@ -325,7 +325,7 @@ fn device_numbers(rdev: u64) -> (u32, u32) {
 fn controlling_terminal(pid: u32) -> Option<(u32, u32)> {
     let stat = Process::new(pid as i32).ok()?.stat().ok()?;
     let (major, minor) = stat.tty_nr();
-    (stat.tty_nr != 0).then(|| (major as u32, minor as u32))
+    (stat.tty_nr != 0).then_some((major as u32, minor as u32))
 }
 
 /// Parent PID of `pid`, if it can be read.
