@@ -8,9 +8,9 @@ use std::io::{self, Write};
 
 use inferno::flamegraph::{self, color::BasicPalette, Direction, Options, Palette};
 
-use super::{folded, text, RenderOptions};
+use super::{folded, text, verdict, RenderOptions};
 use crate::aggregate::{ProcessId, Report, Weight};
-use crate::diagnose::Diagnosed;
+use crate::diagnose::{Diagnosed, Scope};
 
 /// Width of the drawing (inferno's default), in pixels. The standalone SVG
 /// stretches to its window with inferno's script; the inline one keeps it.
@@ -32,7 +32,8 @@ const EMPTY_HEIGHT: usize = 60;
 /// (its root frame is `<command> (tgid N)`, named like [`super::folded`]),
 /// frame widths in bytes. `options.inverted` draws an
 /// icicle graph. The title names the run (and the process); the subtitle is
-/// the top diagnosis finding, if any. With no sampled growth, a small SVG
+/// the verdict's first cause and its largest place (for one image's graph,
+/// the first finding about it), if any. With no sampled growth, a small SVG
 /// that says so. Interactive (search, zoom) through inferno's embedded
 /// script.
 ///
@@ -82,10 +83,11 @@ fn draw(
     }
     let mut inferno = Options::default();
     inferno.title = title;
-    inferno.subtitle = report
-        .diagnosis
-        .first()
-        .map(|finding| subtitle(&text::finding_line(report, finding)));
+    inferno.subtitle = match process {
+        None => verdict_line(report),
+        Some(id) => process_finding_line(report, id),
+    }
+    .map(|line| subtitle(&line));
     inferno.count_name = "bytes".to_owned();
     inferno.colors = Palette::Basic(BasicPalette::Mem);
     inferno.deterministic = true;
@@ -96,6 +98,29 @@ fn draw(
     };
     inferno.image_width = image_width;
     flamegraph::from_lines(&mut inferno, lines.iter().map(String::as_str), out)
+}
+
+/// The verdict's first cause in one line, as the terminal's verdict words
+/// it: `retention in 4 workers (tgid …): render_report (app.py:84): 116.0
+/// MiB held at the end (…)`; `None` when there is no cause.
+fn verdict_line(report: &Diagnosed) -> Option<String> {
+    let verdict = verdict::verdict(report);
+    let cause = verdict.causes.first()?;
+    let mut line = format!("{} in {}", cause.patterns, cause.who);
+    if let Some(place) = cause.places.first() {
+        line.push_str(": ");
+        line.push_str(place);
+    }
+    Some(line)
+}
+
+/// The first finding about image `process` alone, for its own graph.
+fn process_finding_line(report: &Diagnosed, process: ProcessId) -> Option<String> {
+    report
+        .diagnosis
+        .iter()
+        .find(|f| matches!(f.scope, Scope::Process { process: id, .. } if id == process))
+        .map(|finding| text::finding_line(report, finding))
 }
 
 /// `line` cut to [`MAX_SUBTITLE_CHARS`] (with `…`), so it fits the width.
@@ -187,7 +212,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("var inverted = false"), "{text}");
-        let top = text::finding_line(&report, &report.diagnosis[0]);
+        let top = verdict_line(&report).expect("a cause");
+        assert!(top.starts_with(&format!(
+            "{} in ",
+            verdict::verdict(&report).causes[0].patterns
+        )));
         assert!(text.contains(&html_escaped(&subtitle(&top))), "{text}");
     }
 
