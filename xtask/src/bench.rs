@@ -1,15 +1,19 @@
 //! `cargo xtask bench`: memtrace's overhead, traced vs untraced, on the
-//! benchmark workloads in `tests/scripts/bench_*.py`.
+//! benchmark workloads in `tests/scripts/bench_*.py`; with `--peers`, also
+//! memtrace's peers (tracemalloc, memray) and pyperformance workloads,
+//! side by side in one table.
 //!
-//! Each workload times its own phase (the allocation loop, the 1 GiB growth)
-//! and prints it as a JSON line, so interpreter start-up and tracer attach are
-//! not counted. Configurations alternate round-robin (untraced, traced,
-//! traced, untraced, ...) so slow drift of the VM hits both alike; the table
-//! shows medians. For the growth workload the table also compares the
-//! bytes of memtrace's top growth path (its JSON report) with the resident
-//! growth the workload measured itself.
+//! Each workload times its own phase (the allocation loop, the 1 GiB growth,
+//! the benchmark's loops) and prints it as a JSON line, so interpreter
+//! start-up and tracer attach are not counted. Configurations alternate
+//! round-robin (run `r` starts at the `r`-th configuration) so slow drift of
+//! the VM hits all alike; the table shows medians and each configuration's
+//! ratio to the untraced median. For the growth workload the table also
+//! compares the bytes of memtrace's top growth path (its JSON report) with
+//! the resident growth the workload measured itself.
 
 use std::{
+    fmt::Write as _,
     fs,
     path::{Path, PathBuf},
     process::{Command, Output},
@@ -24,18 +28,85 @@ pub struct BenchArgs {
     pub runs: usize,
     /// The memtrace binary to trace with (`memtrace run`).
     pub memtrace_bin: PathBuf,
-    /// The Python interpreter that runs the workloads.
+    /// The Python interpreter that runs the workloads (with `peers`, the
+    /// bench virtualenv's, which has memray and pyperformance).
     pub python: PathBuf,
+    /// Whether to run the peer configurations and the pyperformance workloads.
+    pub peers: bool,
 }
 
-/// One benchmark workload and the goal its traced/untraced ratio is held to.
+/// How a workload's process runs: untraced, or under one tracer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Config {
+    /// `python script`.
+    Untraced,
+    /// `memtrace run -- python script`, memtrace's default mode.
+    Memtrace,
+    /// `python -X tracemalloc script`.
+    Tracemalloc,
+    /// `python -m memray run script`.
+    Memray,
+}
+
+/// Configurations of the default bench, in table order.
+const DEFAULT_CONFIGS: &[Config] = &[Config::Untraced, Config::Memtrace];
+
+/// Configurations of `--peers`, in table order; the baseline comes first.
+const PEER_CONFIGS: &[Config] = &[
+    Config::Untraced,
+    Config::Memtrace,
+    Config::Tracemalloc,
+    Config::Memray,
+];
+
+impl Config {
+    /// Column header and progress label.
+    fn label(self) -> &'static str {
+        match self {
+            Config::Untraced => "untraced",
+            Config::Memtrace => "memtrace",
+            Config::Tracemalloc => "tracemalloc",
+            Config::Memray => "memray",
+        }
+    }
+
+    /// How the configuration runs, for the legend above the table.
+    fn legend(self) -> &'static str {
+        match self {
+            Config::Untraced => "python SCRIPT",
+            Config::Memtrace => "memtrace run --quiet -- python SCRIPT (default mode)",
+            Config::Tracemalloc => {
+                "python -X tracemalloc SCRIPT (started at startup, default frame depth 1)"
+            }
+            Config::Memray => {
+                "python -m memray run --quiet --force -o FILE SCRIPT (memray's defaults: \
+                 pymalloc allocations not traced, no native traces, forks not followed)"
+            }
+        }
+    }
+}
+
+/// Which configurations a workload runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Peers {
+    /// The default configurations only, with or without `--peers`.
+    Never,
+    /// The default configurations; with `--peers`, the peer configurations.
+    Also,
+    /// Only with `--peers`, under the peer configurations.
+    Only,
+}
+
+/// One benchmark workload and the goal its memtrace/untraced ratio is held to.
 struct Workload {
     /// Name in the table.
     name: &'static str,
+    /// Short name for scratch files.
+    id: &'static str,
     /// Script path, relative to the workspace root.
     script: &'static str,
-    /// Largest acceptable median traced/untraced phase-time ratio.
-    goal_ratio: f64,
+    /// Largest acceptable median memtrace/untraced phase-time ratio, if any.
+    goal_ratio: Option<f64>,
     /// Arguments of the timed run.
     args: &'static [&'static str],
     /// Arguments of an untraced run of the same script before each timed
@@ -45,27 +116,72 @@ struct Workload {
     settle_args: Option<&'static [&'static str]>,
     /// Whether to compare memtrace's top growth path with the true growth.
     check_growth: bool,
+    /// Which configurations it runs under.
+    peers: Peers,
 }
 
-/// The workloads, in table order.
-const WORKLOADS: [Workload; 2] = [
+/// The adapter that runs a pyperformance benchmark in one process.
+const PYPERFORMANCE_SCRIPT: &str = "tests/scripts/bench_pyperformance.py";
+
+/// The workloads, in table order. The pyperformance loop counts give
+/// phases of about 0.7-1.3 s untraced on the 2-core VM
+/// (more when other work shares its cores).
+const WORKLOADS: [Workload; 5] = [
     Workload {
         name: "alloc loop (5M dicts)",
+        id: "alloc_loop",
         script: "tests/scripts/bench_alloc_loop.py",
-        goal_ratio: 1.05,
+        goal_ratio: Some(1.05),
         args: &[],
         settle_args: None,
         check_growth: false,
+        peers: Peers::Also,
     },
     Workload {
         name: "growth (1 GiB)",
+        id: "grow",
         script: "tests/scripts/bench_grow.py",
-        goal_ratio: 1.15,
+        goal_ratio: Some(1.15),
         args: &["--mib", "1024", "--settle-mib", "0"],
         settle_args: Some(&["--mib", "0", "--settle-mib", "1434", "--hold", "0"]),
         check_growth: true,
+        peers: Peers::Never,
     },
+    pyperformance(
+        "json_loads (1200 loops)",
+        "json_loads",
+        &["--benchmark", "json_loads", "--loops", "1200"],
+    ),
+    pyperformance(
+        "deltablue (200 loops)",
+        "deltablue",
+        &["--benchmark", "deltablue", "--loops", "200"],
+    ),
+    pyperformance(
+        "raytrace (2 loops)",
+        "raytrace",
+        &["--benchmark", "raytrace", "--loops", "2"],
+    ),
 ];
+
+/// A pyperformance benchmark run by [`PYPERFORMANCE_SCRIPT`] with `args`:
+/// `--peers` only, no goal.
+const fn pyperformance(
+    name: &'static str,
+    id: &'static str,
+    args: &'static [&'static str],
+) -> Workload {
+    Workload {
+        name,
+        id,
+        script: PYPERFORMANCE_SCRIPT,
+        goal_ratio: None,
+        args,
+        settle_args: None,
+        check_growth: false,
+        peers: Peers::Only,
+    }
+}
 
 /// Largest acceptable relative error of the top growth path vs the true growth.
 const GOAL_GROWTH_ERROR: f64 = 0.25;
@@ -76,35 +192,43 @@ const TRACE_DURATION: &str = "120s";
 /// Scratch folder for the traced runs' report files.
 const SCRATCH_DIR: &str = "target/bench";
 
-/// Whether a run is traced by memtrace.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Config {
-    Untraced,
-    Traced,
-}
-
 /// What one run of a workload measured.
 struct Sample {
     /// The workload's own timing of its phase, in seconds.
     phase_seconds: f64,
     /// The workload's resident growth (`rss_growth_bytes`), if it reports one.
     rss_growth_bytes: Option<u64>,
-    /// Bytes of memtrace's first growth path (traced runs that check growth).
+    /// Bytes of memtrace's first growth path (memtrace runs that check growth).
     top_path_bytes: Option<u64>,
 }
 
 /// Medians of one workload, one table row.
 struct Row {
-    untraced_seconds: f64,
-    traced_seconds: f64,
+    /// The workload's name in the table.
+    name: &'static str,
+    /// The workload's goal for the memtrace/untraced ratio, if any.
+    goal_ratio: Option<f64>,
+    /// Median phase seconds of each configuration the workload ran under.
+    medians: Vec<(Config, f64)>,
     /// Median relative error of the top growth path, when checked.
     growth_error: Option<f64>,
 }
 
-/// Runs every workload `args.runs` times per configuration and prints the table.
+impl Row {
+    /// The median phase seconds under `config`, if the workload ran under it.
+    fn median(&self, config: Config) -> Option<f64> {
+        self.medians
+            .iter()
+            .find(|(c, _)| *c == config)
+            .map(|(_, seconds)| *seconds)
+    }
+}
+
+/// Runs every selected workload `args.runs` times per configuration and
+/// prints the table.
 ///
 /// # Errors
-/// A workload or memtrace fails to start or exits non-zero, prints no
+/// A workload or tracer fails to start or exits non-zero, prints no
 /// `phase_seconds` line, or (growth workload) memtrace writes no JSON report
 /// with a `paths` entry.
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -121,60 +245,74 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     );
     let mut rows = Vec::new();
     for workload in &WORKLOADS {
-        rows.push(bench_workload(args, workload)?);
+        if let Some(configs) = configs_for(workload.peers, args.peers) {
+            rows.push(bench_workload(args, workload, configs)?);
+        }
     }
-    print_table(&rows);
+    print!("{}", format_table(table_configs(args.peers), &rows));
     Ok(())
 }
 
+/// The table's configuration columns.
+fn table_configs(peers: bool) -> &'static [Config] {
+    if peers {
+        PEER_CONFIGS
+    } else {
+        DEFAULT_CONFIGS
+    }
+}
+
+/// The configurations a workload runs under, or `None` to skip it.
+fn configs_for(workload_peers: Peers, peers: bool) -> Option<&'static [Config]> {
+    match (workload_peers, peers) {
+        (Peers::Only, false) => None,
+        (Peers::Never, _) | (Peers::Also, false) => Some(DEFAULT_CONFIGS),
+        (Peers::Also | Peers::Only, true) => Some(PEER_CONFIGS),
+    }
+}
+
+/// Indices into a list of `count` configurations in the order run `run`
+/// takes them: rotated by one per run, so each goes first in turn and none
+/// always runs on a VM warmed by another.
+fn run_order(count: usize, run: usize) -> impl Iterator<Item = usize> {
+    (0..count).map(move |index| (index + run) % count)
+}
+
 /// Runs one workload round-robin and reduces its samples to medians.
-fn bench_workload(args: &BenchArgs, workload: &Workload) -> Result<Row> {
-    let mut untraced = Vec::new();
-    let mut traced = Vec::new();
+fn bench_workload(args: &BenchArgs, workload: &Workload, configs: &[Config]) -> Result<Row> {
+    let mut seconds = vec![Vec::new(); configs.len()];
     let mut growth_errors = Vec::new();
     for run in 0..args.runs {
-        // Alternate which configuration goes first, so neither always runs
-        // on a VM warmed by the other.
-        let order = if run % 2 == 0 {
-            [Config::Untraced, Config::Traced]
-        } else {
-            [Config::Traced, Config::Untraced]
-        };
-        for config in order {
+        for index in run_order(configs.len(), run) {
+            let config = configs[index];
             let sample = run_once(args, workload, config, run)?;
-            let label = if config == Config::Traced {
-                "traced"
-            } else {
-                "untraced"
-            };
             eprintln!(
-                "bench: {} run {}/{} {label}: {:.3} s",
+                "bench: {} run {}/{} {}: {:.3} s",
                 workload.name,
                 run + 1,
                 args.runs,
+                config.label(),
                 sample.phase_seconds
             );
-            match config {
-                Config::Untraced => untraced.push(sample.phase_seconds),
-                Config::Traced => {
-                    traced.push(sample.phase_seconds);
-                    if let (Some(top), Some(truth)) =
-                        (sample.top_path_bytes, sample.rss_growth_bytes)
-                    {
-                        growth_errors.push(relative_error(top, truth));
-                    }
-                }
+            seconds[index].push(sample.phase_seconds);
+            if let (Some(top), Some(truth)) = (sample.top_path_bytes, sample.rss_growth_bytes) {
+                growth_errors.push(relative_error(top, truth));
             }
         }
     }
     Ok(Row {
-        untraced_seconds: median(&mut untraced),
-        traced_seconds: median(&mut traced),
+        name: workload.name,
+        goal_ratio: workload.goal_ratio,
+        medians: configs
+            .iter()
+            .zip(&mut seconds)
+            .map(|(config, samples)| (*config, median(samples)))
+            .collect(),
         growth_error: (!growth_errors.is_empty()).then(|| median(&mut growth_errors)),
     })
 }
 
-/// Runs a workload once, traced or not, and returns what it measured.
+/// Runs a workload once under `config` and returns what it measured.
 fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -> Result<Sample> {
     if let Some(settle_args) = workload.settle_args {
         let mut settle = Command::new(&args.python);
@@ -184,30 +322,8 @@ fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -
             .with_context(|| format!("cannot start {settle:?}"))?;
         check_output(&settle, &output)?;
     }
-    let output_dir = Path::new(SCRATCH_DIR).join(format!("{}-{run}", file_stem(workload.script)));
-    let mut cmd = match config {
-        Config::Untraced => Command::new(&args.python),
-        Config::Traced => {
-            if output_dir.exists() {
-                fs::remove_dir_all(&output_dir)
-                    .with_context(|| format!("cannot clear `{}`", output_dir.display()))?;
-            }
-            fs::create_dir_all(&output_dir)
-                .with_context(|| format!("cannot create `{}`", output_dir.display()))?;
-            let mut cmd = Command::new(&args.memtrace_bin);
-            cmd.args([
-                "run",
-                "--quiet",
-                "--duration",
-                TRACE_DURATION,
-                "--output-dir",
-            ])
-            .arg(&output_dir)
-            .arg("--")
-            .arg(&args.python);
-            cmd
-        }
-    };
+    let scratch = Path::new(SCRATCH_DIR).join(format!("{}-{run}", workload.id));
+    let mut cmd = config_command(args, config, &scratch)?;
     cmd.arg(workload.script).args(workload.args);
     let output = cmd
         .output()
@@ -215,16 +331,73 @@ fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -
     check_output(&cmd, &output)?;
     let phase = phase_line(&String::from_utf8_lossy(&output.stdout))
         .with_context(|| format!("{cmd:?} printed no JSON line with `phase_seconds`"))?;
-    let top_path_bytes = if config == Config::Traced && workload.check_growth {
-        Some(top_path_bytes(&output_dir)?)
+    let top_path_bytes = if config == Config::Memtrace && workload.check_growth {
+        Some(top_path_bytes(&scratch)?)
     } else {
         None
     };
+    if config == Config::Memray {
+        // Recordings of millions of allocations are large; nothing reads them.
+        fs::remove_file(memray_file(&scratch))
+            .with_context(|| format!("cannot remove `{}`", memray_file(&scratch).display()))?;
+    }
     Ok(Sample {
         phase_seconds: phase["phase_seconds"].as_f64().unwrap_or_default(),
         rss_growth_bytes: phase["rss_growth_bytes"].as_u64(),
         top_path_bytes,
     })
+}
+
+/// The command line of `config` up to the script: the interpreter, or the
+/// tracer and its options. `scratch` is where memtrace's reports go (cleared
+/// first) or, with `.memray.bin` added, memray's recording.
+fn config_command(args: &BenchArgs, config: Config, scratch: &Path) -> Result<Command> {
+    let mut cmd = match config {
+        Config::Untraced => Command::new(&args.python),
+        Config::Memtrace => memtrace_command(args, scratch, &[])?,
+        Config::Tracemalloc => {
+            let mut cmd = Command::new(&args.python);
+            cmd.args(["-X", "tracemalloc"]);
+            cmd
+        }
+        Config::Memray => {
+            fs::create_dir_all(SCRATCH_DIR)
+                .with_context(|| format!("cannot create `{SCRATCH_DIR}`"))?;
+            let mut cmd = Command::new(&args.python);
+            cmd.args(["-m", "memray", "run", "--quiet", "--force", "-o"])
+                .arg(memray_file(scratch));
+            cmd
+        }
+    };
+    cmd.env_remove("PYTHONTRACEMALLOC");
+    Ok(cmd)
+}
+
+/// `memtrace run --quiet [mode_args] --output-dir SCRATCH -- python`, with
+/// `scratch` cleared first.
+fn memtrace_command(args: &BenchArgs, scratch: &Path, mode_args: &[&str]) -> Result<Command> {
+    fresh_dir(scratch)?;
+    let mut cmd = Command::new(&args.memtrace_bin);
+    cmd.args(["run", "--quiet", "--duration", TRACE_DURATION])
+        .args(mode_args)
+        .arg("--output-dir")
+        .arg(scratch)
+        .arg("--")
+        .arg(&args.python);
+    Ok(cmd)
+}
+
+/// Where memray writes its recording for the run whose scratch path is `scratch`.
+fn memray_file(scratch: &Path) -> PathBuf {
+    scratch.with_extension("memray.bin")
+}
+
+/// Makes `dir` an empty folder.
+fn fresh_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("cannot clear `{}`", dir.display()))?;
+    }
+    fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))
 }
 
 /// Fails with the command and its stderr when it did not exit 0.
@@ -300,44 +473,80 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// The script's file name without `.py`, for scratch folder names.
-fn file_stem(script: &str) -> &str {
-    Path::new(script)
-        .file_stem()
-        .and_then(|stem| stem.to_str())
-        .unwrap_or(script)
+/// Width of the workload column.
+const NAME_WIDTH: usize = 24;
+
+/// Width of each configuration column.
+const CELL_WIDTH: usize = 15;
+
+/// The table: a legend of the configurations, then one row per workload
+/// with each configuration's median and its ratio to the untraced median,
+/// memtrace's goal, and the growth check.
+fn format_table(configs: &[Config], rows: &[Row]) -> String {
+    let mut table = String::from("\nmedian phase seconds; ratio = median / untraced median\n");
+    for config in configs {
+        let _ = writeln!(table, "  {:<12} {}", config.label(), config.legend());
+    }
+    let _ = write!(table, "\n{:<NAME_WIDTH$}", "workload");
+    for config in configs {
+        let _ = write!(table, " {:>CELL_WIDTH$}", config.label());
+    }
+    let _ = writeln!(table, "  {:<21} top path vs true growth", "memtrace goal");
+    for row in rows {
+        table.push_str(&format_row(configs, row));
+    }
+    table
 }
 
-/// Prints one row per workload: medians, ratio, goal, and the growth check.
-fn print_table(rows: &[Row]) {
-    println!();
-    println!(
-        "{:<24} {:>11} {:>9} {:>7}  {:<16} top path vs true growth",
-        "workload", "untraced s", "traced s", "ratio", "goal"
-    );
-    for (workload, row) in WORKLOADS.iter().zip(rows) {
-        let ratio = row.traced_seconds / row.untraced_seconds;
-        let ratio_verdict = verdict(ratio <= workload.goal_ratio);
-        let growth = match row.growth_error {
-            Some(error) => format!(
-                "{:+.1}% (goal within {:.0}%: {})",
-                error * 100.0,
-                GOAL_GROWTH_ERROR * 100.0,
-                verdict(error.abs() <= GOAL_GROWTH_ERROR)
-            ),
-            None => "-".to_owned(),
-        };
-        println!(
-            "{:<24} {:>11.3} {:>9.3} {:>6.2}x  {:<16} {growth}",
-            workload.name,
-            row.untraced_seconds,
-            row.traced_seconds,
-            ratio,
-            format!("<= {:.2}x: {ratio_verdict}", workload.goal_ratio),
+/// One table row, newline-terminated.
+fn format_row(configs: &[Config], row: &Row) -> String {
+    let baseline = row.median(Config::Untraced);
+    let mut line = format!("{:<NAME_WIDTH$}", row.name);
+    for config in configs {
+        let _ = write!(
+            line,
+            " {:>CELL_WIDTH$}",
+            cell(*config, row.median(*config), baseline)
         );
+    }
+    let goal = match (
+        row.goal_ratio,
+        ratio(row.median(Config::Memtrace), baseline),
+    ) {
+        (Some(goal), Some(ratio)) => format!("<= {goal:.2}x: {}", verdict(ratio <= goal)),
+        _ => "-".to_owned(),
+    };
+    let growth = match row.growth_error {
+        Some(error) => format!(
+            "{:+.1}% (goal within {:.0}%: {})",
+            error * 100.0,
+            GOAL_GROWTH_ERROR * 100.0,
+            verdict(error.abs() <= GOAL_GROWTH_ERROR)
+        ),
+        None => "-".to_owned(),
+    };
+    let _ = writeln!(line, "  {goal:<21} {growth}");
+    line
+}
+
+/// One configuration's cell: `1.234s`, plus ` 1.05x` for a traced
+/// configuration; `-` when the workload did not run under it.
+fn cell(config: Config, seconds: Option<f64>, baseline: Option<f64>) -> String {
+    match (seconds, ratio(seconds, baseline)) {
+        (None, _) => "-".to_owned(),
+        (Some(seconds), Some(ratio)) if config != Config::Untraced => {
+            format!("{seconds:.3}s {ratio:.2}x")
+        }
+        (Some(seconds), _) => format!("{seconds:.3}s"),
     }
 }
 
+/// `seconds / baseline`, when both are known.
+fn ratio(seconds: Option<f64>, baseline: Option<f64>) -> Option<f64> {
+    Some(seconds? / baseline?)
+}
+
+/// `met` or `MISSED`.
 fn verdict(met: bool) -> &'static str {
     if met {
         "met"
@@ -379,5 +588,99 @@ mod tests {
         assert!((relative_error(1_250, 1_000) - 0.25).abs() < 1e-12);
         assert!((relative_error(750, 1_000) + 0.25).abs() < 1e-12);
         assert_eq!(relative_error(5, 0), 0.0);
+    }
+
+    #[test]
+    fn run_order_rotates_so_each_configuration_goes_first_in_turn() {
+        let orders: Vec<Vec<usize>> = (0..4).map(|run| run_order(4, run).collect()).collect();
+        assert_eq!(
+            orders,
+            [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]]
+        );
+        // Two configurations alternate as the bench always did.
+        assert_eq!(run_order(2, 0).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(run_order(2, 1).collect::<Vec<_>>(), [1, 0]);
+    }
+
+    #[test]
+    fn peers_flag_selects_workloads_and_configurations() {
+        assert_eq!(configs_for(Peers::Never, false), Some(DEFAULT_CONFIGS));
+        assert_eq!(configs_for(Peers::Never, true), Some(DEFAULT_CONFIGS));
+        assert_eq!(configs_for(Peers::Also, false), Some(DEFAULT_CONFIGS));
+        assert_eq!(configs_for(Peers::Also, true), Some(PEER_CONFIGS));
+        assert_eq!(configs_for(Peers::Only, false), None);
+        assert_eq!(configs_for(Peers::Only, true), Some(PEER_CONFIGS));
+        let default_names: Vec<&str> = WORKLOADS
+            .iter()
+            .filter(|w| configs_for(w.peers, false).is_some())
+            .map(|w| w.name)
+            .collect();
+        assert_eq!(default_names, ["alloc loop (5M dicts)", "growth (1 GiB)"]);
+    }
+
+    #[test]
+    fn configurations_start_with_the_untraced_baseline() {
+        for configs in [DEFAULT_CONFIGS, PEER_CONFIGS] {
+            assert_eq!(configs[0], Config::Untraced);
+        }
+        let labels: Vec<&str> = PEER_CONFIGS.iter().map(|c| c.label()).collect();
+        assert_eq!(labels, ["untraced", "memtrace", "tracemalloc", "memray"]);
+    }
+
+    #[test]
+    fn memray_file_sits_beside_the_scratch_folder() {
+        assert_eq!(
+            memray_file(Path::new("target/bench/json_loads-2")),
+            Path::new("target/bench/json_loads-2.memray.bin")
+        );
+    }
+
+    #[test]
+    fn cells_show_seconds_and_ratio_or_a_dash() {
+        assert_eq!(cell(Config::Untraced, Some(2.0), Some(2.0)), "2.000s");
+        assert_eq!(cell(Config::Memray, Some(5.0), Some(2.0)), "5.000s 2.50x");
+        assert_eq!(cell(Config::Tracemalloc, None, Some(2.0)), "-");
+    }
+
+    #[test]
+    fn table_has_a_column_per_configuration() {
+        let rows = [
+            Row {
+                name: "alloc loop (5M dicts)",
+                goal_ratio: Some(1.05),
+                medians: vec![
+                    (Config::Untraced, 2.0),
+                    (Config::Memtrace, 2.02),
+                    (Config::Tracemalloc, 20.0),
+                    (Config::Memray, 8.0),
+                ],
+                growth_error: None,
+            },
+            Row {
+                name: "growth (1 GiB)",
+                goal_ratio: Some(1.15),
+                medians: vec![(Config::Untraced, 1.0), (Config::Memtrace, 1.2)],
+                growth_error: Some(-0.02),
+            },
+        ];
+        let table = format_table(PEER_CONFIGS, &rows);
+        let lines: Vec<&str> = table.lines().collect();
+        let header = lines
+            .iter()
+            .position(|l| l.starts_with("workload"))
+            .expect("header");
+        assert_eq!(
+            lines[header],
+            "workload                        untraced        memtrace     tracemalloc          memray  memtrace goal         top path vs true growth"
+        );
+        assert_eq!(
+            lines[header + 1],
+            "alloc loop (5M dicts)             2.000s    2.020s 1.01x  20.000s 10.00x    8.000s 4.00x  <= 1.05x: met         -"
+        );
+        assert_eq!(
+            lines[header + 2],
+            "growth (1 GiB)                    1.000s    1.200s 1.20x               -               -  <= 1.15x: MISSED      -2.0% (goal within 25%: met)"
+        );
+        assert!(table.contains("tracemalloc  python -X tracemalloc SCRIPT"));
     }
 }

@@ -4,6 +4,7 @@
 //! nothing is missing.
 
 mod bench;
+mod bench_env;
 mod setup;
 mod test_tools;
 
@@ -58,6 +59,11 @@ enum Task {
         /// Runs of each configuration (medians are reported).
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Also compare with `python -X tracemalloc` and `memray run`, and add
+        /// pyperformance workloads (json_loads, deltablue, raytrace); runs in
+        /// a virtualenv under target/bench/venv made from PyPI on first use.
+        #[arg(long)]
+        peers: bool,
     },
 }
 
@@ -76,11 +82,7 @@ fn main() -> Result<()> {
             output_dir,
         } => demo(seconds, &output_dir),
         Task::Test { args } => test(&args),
-        Task::Bench { runs } => bench::run(&bench::BenchArgs {
-            runs,
-            memtrace_bin: build()?,
-            python: python_for_examples()?,
-        }),
+        Task::Bench { runs, peers } => bench(runs, peers),
     }
 }
 
@@ -158,6 +160,23 @@ fn demo(seconds: u32, output_dir: &Path) -> Result<()> {
             .arg("--seconds")
             .arg(seconds.to_string()),
     )
+}
+
+/// `cargo xtask bench`: with `peers`, the workloads run on the bench
+/// virtualenv's Python (made from the examples' Python).
+fn bench(runs: usize, peers: bool) -> Result<()> {
+    let base_python = python_for_examples()?;
+    let python = if peers {
+        bench_env::ensure(&base_python)?
+    } else {
+        base_python
+    };
+    bench::run(&bench::BenchArgs {
+        runs,
+        memtrace_bin: build()?,
+        python,
+        peers,
+    })
 }
 
 fn test(args: &[String]) -> Result<()> {
