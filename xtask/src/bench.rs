@@ -13,6 +13,7 @@
 //! the resident growth the workload measured itself.
 
 use std::{
+    collections::HashMap,
     fmt::Write as _,
     fs,
     path::{Path, PathBuf},
@@ -421,9 +422,9 @@ fn phase_line(stdout: &str) -> Option<Value> {
         .find(|value| value["phase_seconds"].as_f64().is_some())
 }
 
-/// `bytes.growth_bytes` of the first entry of `paths` (largest growth first) in the JSON report
-/// that memtrace wrote into `output_dir` (the first `*.json` file that has
-/// such an entry, by name).
+/// The growth bytes of the largest Python path ([`top_python_path_bytes`])
+/// in the JSON report that memtrace wrote into `output_dir` (the first
+/// `*.json` file that has a path, by name).
 fn top_path_bytes(output_dir: &Path) -> Result<u64> {
     let mut reports: Vec<PathBuf> = fs::read_dir(output_dir)
         .with_context(|| format!("cannot list `{}`", output_dir.display()))?
@@ -434,7 +435,7 @@ fn top_path_bytes(output_dir: &Path) -> Result<u64> {
     for path in &reports {
         let text = fs::read_to_string(path)
             .with_context(|| format!("cannot read `{}`", path.display()))?;
-        if let Some(bytes) = first_growth_path_bytes(&text) {
+        if let Some(bytes) = top_python_path_bytes(&text) {
             return Ok(bytes);
         }
     }
@@ -444,14 +445,37 @@ fn top_path_bytes(output_dir: &Path) -> Result<u64> {
     )
 }
 
-/// `paths[0].bytes.growth_bytes` of a JSON report, if present.
-fn first_growth_path_bytes(report: &str) -> Option<u64> {
+/// The largest sum of `bytes.growth_bytes` over the report's `paths` that
+/// share their Python frames, as the report's top paths count them (one
+/// Python line is one path; the native frames under it, such as the two
+/// `memcpy` variants a large `bytes` repeat runs, are its parts). `None`
+/// when the report has no path.
+fn top_python_path_bytes(report: &str) -> Option<u64> {
     let value: Value = serde_json::from_str(report).ok()?;
-    let bytes = &value["paths"][0]["bytes"]["growth_bytes"];
-    // Sampled totals may be written as floats; round them.
-    bytes
-        .as_u64()
-        .or_else(|| bytes.as_f64().map(|b| b.round() as u64))
+    let stacks = value["stacks"].as_array();
+    let mut by_python_stack: HashMap<String, f64> = HashMap::new();
+    for path in value["paths"].as_array()? {
+        let frames = path["stack"]
+            .as_u64()
+            .and_then(|id| stacks?.get(usize::try_from(id).ok()?))
+            .and_then(Value::as_array);
+        let python: Vec<&Value> = frames
+            .into_iter()
+            .flatten()
+            .filter(|frame| frame["kind"] == "python")
+            .collect();
+        let key = format!(
+            "{}:{}",
+            path["process"],
+            Value::from(python.into_iter().cloned().collect::<Vec<_>>())
+        );
+        // Sampled totals may be written as floats.
+        *by_python_stack.entry(key).or_default() += path["bytes"]["growth_bytes"].as_f64()?;
+    }
+    by_python_stack
+        .into_values()
+        .max_by(f64::total_cmp)
+        .map(|bytes| bytes.round() as u64)
 }
 
 /// `(measured - truth) / truth`; 0 when the truth is 0 bytes.
@@ -574,13 +598,22 @@ mod tests {
     }
 
     #[test]
-    fn first_growth_path_bytes_reads_integers_and_floats() {
-        let report =
-            r#"{"paths": [{"bytes": {"growth_bytes": 1048576}}, {"bytes": {"growth_bytes": 1}}]}"#;
-        assert_eq!(first_growth_path_bytes(report), Some(1_048_576));
-        let sampled = r#"{"paths": [{"bytes": {"growth_bytes": 2047.6}}]}"#;
-        assert_eq!(first_growth_path_bytes(sampled), Some(2048));
-        assert_eq!(first_growth_path_bytes(r#"{"paths": []}"#), None);
+    fn the_top_path_sums_the_native_parts_of_one_python_stack() {
+        let report = r#"{
+            "stacks": [
+                [{"kind": "python", "function": "grow"}, {"kind": "native", "symbol": "a"}],
+                [{"kind": "python", "function": "grow"}, {"kind": "native", "symbol": "b"}],
+                [{"kind": "python", "function": "other"}]
+            ],
+            "paths": [
+                {"process": 1, "stack": 0, "bytes": {"growth_bytes": 600}},
+                {"process": 1, "stack": 2, "bytes": {"growth_bytes": 700}},
+                {"process": 1, "stack": 1, "bytes": {"growth_bytes": 500.4}},
+                {"process": 2, "stack": 1, "bytes": {"growth_bytes": 400}}
+            ]
+        }"#;
+        assert_eq!(top_python_path_bytes(report), Some(1100));
+        assert_eq!(top_python_path_bytes(r#"{"paths": []}"#), None);
     }
 
     #[test]
