@@ -35,6 +35,7 @@ impl Session {
         command_status: Option<ExitStatus>,
     ) -> Result<ExitCode> {
         let end_ns = monotonic_ns().max(self.start_ns);
+        let allocations = self.allocations_report();
         let meta = RunMeta {
             command: self.command,
             // From the records' clock, so a replayed capture ends where
@@ -59,7 +60,8 @@ impl Session {
                 anyhow::Error::from(err)
             );
         }
-        let diagnosed = diagnose::diagnose(report);
+        let mut diagnosed = diagnose::diagnose(report);
+        diagnosed.allocations = allocations;
         let options = render_options(&common.render);
         let written = write_report_files(&diagnosed, options.weight, &common.output_dir);
         if let Some(written) = &written {
@@ -76,6 +78,10 @@ impl Session {
             None => report::table::render_summary(&diagnosed, &options, &mut stdout),
         }
         .context("cannot print the report")?;
+        if let Some(allocations) = &diagnosed.allocations {
+            crate::allocations::render_text(allocations, options.top, &mut stdout)
+                .context("cannot print the report")?;
+        }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
     }
 }
