@@ -250,7 +250,7 @@ fn record_block(tgid: u32, state: &AllocThread, addr: u64, native_ip: u64) {
     let block = LiveBlock {
         size_bytes: state.size_bytes,
     };
-    let flags = if ALLOC_LIVE.insert(&key, &block, 0).is_ok() {
+    let flags = if ALLOC_LIVE.insert(key, block, 0).is_ok() {
         0
     } else {
         count_stat(ALLOC_STAT_LIVE_FULL);
@@ -303,10 +303,10 @@ fn forget_block(tgid: u32, addr: u64) {
         addr,
     };
     // SAFETY: the value is copied out at once.
-    let Some(block) = (unsafe { ALLOC_LIVE.get(&key) }).copied() else {
+    let Some(block) = (unsafe { ALLOC_LIVE.get(key) }).copied() else {
         return;
     };
-    if ALLOC_LIVE.remove(&key).is_err() {
+    if ALLOC_LIVE.remove(key).is_err() {
         return; // another thread's free of the same block won the race
     }
     emit(FreeRecord {

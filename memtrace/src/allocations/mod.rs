@@ -23,14 +23,17 @@ pub use render::render_text;
 /// entry is not taken for churn.
 pub const TEMPORARY_NS: u64 = 1_000_000_000;
 
-/// Anonymous RSS growth, in bytes, above which allocator calls that account
-/// for less than [`INLINED_SEEN_FRACTION`] of it mean the hooks miss most
-/// allocations (an allocator inlined into its callers, as in Debian's
-/// LTO-built `/usr/bin/python3.11`).
+/// Anonymous RSS growth, in bytes, above which sampled live bytes at the
+/// high-water mark below [`INLINED_SEEN_FRACTION`] of it mean the hooks miss
+/// most allocations (an allocator inlined into its callers, as in Debian's
+/// LTO-built `/usr/bin/python3.11`). Live bytes, not allocated ones:
+/// short-lived churn does not make RSS grow, and an allocator that keeps
+/// freed memory (fragmentation) still had the bytes live at its peak.
 pub const INLINED_MIN_GROWTH_BYTES: u64 = 32 << 20;
 
 /// See [`INLINED_MIN_GROWTH_BYTES`]: the fraction of the RSS growth the
-/// sampled allocations must reach to be taken as complete.
+/// sampled live bytes at the high-water mark must reach to be taken as
+/// complete.
 pub const INLINED_SEEN_FRACTION: f64 = 0.25;
 
 /// What the user is told when a process's allocator seems inlined.
@@ -178,7 +181,7 @@ impl ProcessAllocs {
         let growth = self.rss_anon_growth_bytes();
         matches!(self.hook, HookStatus::Hooked { .. })
             && growth >= INLINED_MIN_GROWTH_BYTES
-            && self.sampled_allocated_bytes() < growth as f64 * INLINED_SEEN_FRACTION
+            && self.peak_bytes < growth as f64 * INLINED_SEEN_FRACTION
     }
 }
 
@@ -213,10 +216,8 @@ impl AllocationTracker {
     /// that tgid is finished first.
     pub fn process_started(&mut self, tgid: u32, start_time_ns: u64, seen_from_ns: u64) {
         self.process_ended(tgid);
-        self.running.insert(
-            tgid,
-            ProcessAllocs::new(tgid, start_time_ns, seen_from_ns),
-        );
+        self.running
+            .insert(tgid, ProcessAllocs::new(tgid, start_time_ns, seen_from_ns));
     }
 
     /// The probes of `tgid` were attached to `binaries` at monotonic
@@ -424,8 +425,8 @@ pub struct ProcessAllocations {
     pub peak_bytes: u64,
     /// Growth of its anonymous RSS while traced, in bytes.
     pub rss_anon_growth_bytes: u64,
-    /// The hooks saw far fewer bytes than its RSS grew by:
-    /// [`INLINED_REMEDY`].
+    /// The hooks saw far fewer live bytes at the high-water mark than its
+    /// RSS grew by: [`INLINED_REMEDY`].
     pub inlined_allocator_suspected: bool,
     /// Paths sorted by leaked, then allocated bytes, descending.
     pub paths: Vec<PathAllocations>,

@@ -7,7 +7,10 @@ const MIB: u64 = 1 << 20;
 const MEAN: u64 = 512 * 1024;
 
 fn stack(name: &str) -> Vec<String> {
-    vec!["<module> (app.py:1)".to_owned(), format!("{name} (app.py:9)")]
+    vec![
+        "<module> (app.py:1)".to_owned(),
+        format!("{name} (app.py:9)"),
+    ]
 }
 
 #[test]
@@ -57,7 +60,10 @@ fn leaked_freed_temporary_and_peak_per_path() {
     tracker.hooked(10, vec!["libc.so.6".into()], 2_000_000);
     assert!(matches!(
         tracker.report(KernelAllocStats::default()).processes[0].hook,
-        HookStatus::Hooked { gap_ns: 2_000_000, .. }
+        HookStatus::Hooked {
+            gap_ns: 2_000_000,
+            ..
+        }
     ));
     let s = 1_000_000_000;
     // keep(): 4 blocks of 1 MiB kept to the end.
@@ -157,6 +163,7 @@ fn few_bytes_seen_for_a_large_growth_suspects_an_inlined_allocator() {
     tracker.rss_anon(1, 10 * MIB);
     tracker.rss_anon(1, 110 * MIB);
     tracker.alloc(1, 0, 0x1, 90 * MIB, stack("a"), false);
+    tracker.free(1, 0, 0x1); // freed, but it was live at the peak
     let report = tracker.report(KernelAllocStats::default());
     assert!(!report.processes[0].inlined_allocator_suspected);
 }

@@ -35,9 +35,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     runtime.block_on(async {
         match cli.command {
             Command::Record(args) => record(args.pids, args.allow_init, args.common).await,
-            Command::Run(args) => {
-                run_command(&args.command, args.python_malloc, args.common).await
-            }
+            Command::Run(args) => run_command(&args.command, args.python_malloc, args.common).await,
             Command::Report(args) => output::report_command(&args),
             Command::Diff(args) => crate::diff::run(&args),
         }

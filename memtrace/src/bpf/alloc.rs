@@ -101,9 +101,9 @@ pub enum AllocAttachError {
         path: PathBuf,
         /// The process.
         tgid: u32,
-        /// aya's error.
+        /// aya's error (boxed: it is large).
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
 }
 
@@ -274,7 +274,7 @@ fn attach_one(
             symbol,
             path: path.to_owned(),
             tgid: tgid.get(),
-            source,
+            source: Box::new(source),
         })?;
     Ok(AllocLink { program, link })
 }
@@ -323,11 +323,13 @@ mod tests {
 
     #[test]
     fn libc_allocator_symbols_resolve_once_per_address() {
-        let Some(libc) = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
-            .iter()
-            .map(Path::new)
-            .find(|p| p.exists())
-        else {
+        let Some(libc) = [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        ]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists()) else {
             eprintln!("skipping: no glibc libc.so.6 here");
             return;
         };

@@ -430,7 +430,10 @@ impl Tracer {
             }
         }
         self.alloc_links.insert(tgid, links);
-        Ok(targets.iter().map(|(path, _, _)| path.to_path_buf()).collect())
+        Ok(targets
+            .iter()
+            .map(|(path, _, _)| path.to_path_buf())
+            .collect())
     }
 
     /// Allocator mode: detaches the probes of `tgid` (it exited) and drops

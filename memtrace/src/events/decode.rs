@@ -3,8 +3,9 @@
 //! bad input.
 
 use memtrace_common::{
-    AddressOp, AddressRecord, AllocCall, AllocRecord, ExecRecord, FreeRecord, ExitBeginReason, ExitBeginRecord, ExitRecord, ForkRecord,
-    MemoryEvent, MemoryRecord, RecordHeader, RecordKind, MAX_FRAMES,
+    AddressOp, AddressRecord, AllocCall, AllocRecord, ExecRecord, ExitBeginReason, ExitBeginRecord,
+    ExitRecord, ForkRecord, FreeRecord, MemoryEvent, MemoryRecord, RecordHeader, RecordKind,
+    MAX_FRAMES,
 };
 use thiserror::Error;
 

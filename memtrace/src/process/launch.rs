@@ -139,7 +139,7 @@ mod tests {
             "-c".into(),
             format!("touch {}", marker.display()).into(),
         ];
-        let held = spawn_held(&argv).unwrap();
+        let held = spawn_held(&argv, &[]).unwrap();
         assert!(held.pid > 0);
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert!(!marker.exists(), "the command ran before release");
@@ -151,7 +151,7 @@ mod tests {
     #[test]
     fn missing_program_is_reported_on_release() {
         let argv: Vec<OsString> = vec!["/nonexistent/memtrace-test-program".into()];
-        let held = spawn_held(&argv).unwrap();
+        let held = spawn_held(&argv, &[]).unwrap();
         let err = held.release().unwrap_err();
         assert!(err
             .to_string()
