@@ -7,7 +7,12 @@
 //! traced, untraced, ...) so slow drift of the VM hits both alike; the table
 //! shows medians. For the growth workload the table also compares the
 //! bytes of memtrace's top growth path (its JSON report) with the resident
-//! growth the workload measured itself.
+//! growth the workload measured itself. A shorter allocation loop also runs
+//! under `memtrace run --allocations` (allocator uprobes) and `python -X
+//! tracemalloc`, side by side with untraced and the default mode; its row
+//! gives the added time per allocator call (the loop time added by
+//! `--allocations` over the outermost allocator calls its uprobes saw, each
+//! with the free of its block).
 
 use std::{
     fs,
@@ -45,10 +50,12 @@ struct Workload {
     settle_args: Option<&'static [&'static str]>,
     /// Whether to compare memtrace's top growth path with the true growth.
     check_growth: bool,
+    /// Whether to run it under allocator mode and tracemalloc too.
+    allocator_peers: bool,
 }
 
 /// The workloads, in table order.
-const WORKLOADS: [Workload; 2] = [
+const WORKLOADS: [Workload; 3] = [
     Workload {
         name: "alloc loop (5M dicts)",
         script: "tests/scripts/bench_alloc_loop.py",
@@ -56,6 +63,18 @@ const WORKLOADS: [Workload; 2] = [
         args: &[],
         settle_args: None,
         check_growth: false,
+        allocator_peers: false,
+    },
+    // The same loop, 10x shorter: allocator uprobes cost microseconds per
+    // call, so 5M iterations would take minutes per run.
+    Workload {
+        name: "alloc loop (500k dicts)",
+        script: "tests/scripts/bench_alloc_loop.py",
+        goal_ratio: 1.05,
+        args: &["--iterations", "500000"],
+        settle_args: None,
+        check_growth: false,
+        allocator_peers: true,
     },
     Workload {
         name: "growth (1 GiB)",
@@ -64,6 +83,7 @@ const WORKLOADS: [Workload; 2] = [
         args: &["--mib", "1024", "--settle-mib", "0"],
         settle_args: Some(&["--mib", "0", "--settle-mib", "1434", "--hold", "0"]),
         check_growth: true,
+        allocator_peers: false,
     },
 ];
 
@@ -76,11 +96,28 @@ const TRACE_DURATION: &str = "120s";
 /// Scratch folder for the traced runs' report files.
 const SCRATCH_DIR: &str = "target/bench";
 
-/// Whether a run is traced by memtrace.
+/// How a run is traced.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Config {
+    /// Not traced.
     Untraced,
+    /// `memtrace run` (default mode).
     Traced,
+    /// `memtrace run --allocations`.
+    Allocations,
+    /// `python -X tracemalloc` (CPython's own allocation tracer).
+    Tracemalloc,
+}
+
+impl Config {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Untraced => "untraced",
+            Self::Traced => "traced",
+            Self::Allocations => "allocations",
+            Self::Tracemalloc => "tracemalloc",
+        }
+    }
 }
 
 /// What one run of a workload measured.
@@ -91,6 +128,8 @@ struct Sample {
     rss_growth_bytes: Option<u64>,
     /// Bytes of memtrace's first growth path (traced runs that check growth).
     top_path_bytes: Option<u64>,
+    /// Outermost allocator calls the uprobes saw (`--allocations` runs).
+    alloc_calls: Option<u64>,
 }
 
 /// Medians of one workload, one table row.
@@ -99,6 +138,16 @@ struct Row {
     traced_seconds: f64,
     /// Median relative error of the top growth path, when checked.
     growth_error: Option<f64>,
+    /// Allocator mode and tracemalloc, for workloads with `allocator_peers`.
+    peers: Option<PeerMedians>,
+}
+
+/// Medians of the allocator-mode and tracemalloc runs of one workload.
+struct PeerMedians {
+    allocations_seconds: f64,
+    tracemalloc_seconds: f64,
+    /// Outermost allocator calls seen per `--allocations` run.
+    alloc_calls: f64,
 }
 
 /// Runs every workload `args.runs` times per configuration and prints the table.
@@ -131,27 +180,27 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 fn bench_workload(args: &BenchArgs, workload: &Workload) -> Result<Row> {
     let mut untraced = Vec::new();
     let mut traced = Vec::new();
+    let mut allocations = Vec::new();
+    let mut tracemalloc = Vec::new();
+    let mut alloc_calls = Vec::new();
     let mut growth_errors = Vec::new();
+    let mut configs = vec![Config::Untraced, Config::Traced];
+    if workload.allocator_peers {
+        configs.extend([Config::Allocations, Config::Tracemalloc]);
+    }
     for run in 0..args.runs {
-        // Alternate which configuration goes first, so neither always runs
-        // on a VM warmed by the other.
-        let order = if run % 2 == 0 {
-            [Config::Untraced, Config::Traced]
-        } else {
-            [Config::Traced, Config::Untraced]
-        };
+        // Rotate which configuration goes first, so none always runs on a
+        // VM warmed by another.
+        let mut order = configs.clone();
+        order.rotate_left(run % configs.len());
         for config in order {
             let sample = run_once(args, workload, config, run)?;
-            let label = if config == Config::Traced {
-                "traced"
-            } else {
-                "untraced"
-            };
             eprintln!(
-                "bench: {} run {}/{} {label}: {:.3} s",
+                "bench: {} run {}/{} {}: {:.3} s",
                 workload.name,
                 run + 1,
                 args.runs,
+                config.label(),
                 sample.phase_seconds
             );
             match config {
@@ -164,13 +213,28 @@ fn bench_workload(args: &BenchArgs, workload: &Workload) -> Result<Row> {
                         growth_errors.push(relative_error(top, truth));
                     }
                 }
+                Config::Allocations => {
+                    allocations.push(sample.phase_seconds);
+                    alloc_calls.extend(sample.alloc_calls.map(|c| c as f64));
+                }
+                Config::Tracemalloc => tracemalloc.push(sample.phase_seconds),
             }
         }
     }
+    let peers = workload.allocator_peers.then(|| PeerMedians {
+        allocations_seconds: median(&mut allocations),
+        tracemalloc_seconds: median(&mut tracemalloc),
+        alloc_calls: if alloc_calls.is_empty() {
+            0.0
+        } else {
+            median(&mut alloc_calls)
+        },
+    });
     Ok(Row {
         untraced_seconds: median(&mut untraced),
         traced_seconds: median(&mut traced),
         growth_error: (!growth_errors.is_empty()).then(|| median(&mut growth_errors)),
+        peers,
     })
 }
 
@@ -187,7 +251,12 @@ fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -
     let output_dir = Path::new(SCRATCH_DIR).join(format!("{}-{run}", file_stem(workload.script)));
     let mut cmd = match config {
         Config::Untraced => Command::new(&args.python),
-        Config::Traced => {
+        Config::Tracemalloc => {
+            let mut cmd = Command::new(&args.python);
+            cmd.args(["-X", "tracemalloc"]);
+            cmd
+        }
+        Config::Traced | Config::Allocations => {
             if output_dir.exists() {
                 fs::remove_dir_all(&output_dir)
                     .with_context(|| format!("cannot clear `{}`", output_dir.display()))?;
@@ -202,9 +271,11 @@ fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -
                 TRACE_DURATION,
                 "--output-dir",
             ])
-            .arg(&output_dir)
-            .arg("--")
-            .arg(&args.python);
+            .arg(&output_dir);
+            if config == Config::Allocations {
+                cmd.arg("--allocations");
+            }
+            cmd.arg("--").arg(&args.python);
             cmd
         }
     };
@@ -220,11 +291,49 @@ fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -
     } else {
         None
     };
+    let alloc_calls = if config == Config::Allocations {
+        Some(report_alloc_calls(&output_dir)?)
+    } else {
+        None
+    };
     Ok(Sample {
         phase_seconds: phase["phase_seconds"].as_f64().unwrap_or_default(),
         rss_growth_bytes: phase["rss_growth_bytes"].as_u64(),
         top_path_bytes,
+        alloc_calls,
     })
+}
+
+/// `allocations.kernel.calls` of the JSON report in `output_dir`.
+fn report_alloc_calls(output_dir: &Path) -> Result<u64> {
+    for path in json_reports(output_dir)? {
+        let text = fs::read_to_string(&path)
+            .with_context(|| format!("cannot read `{}`", path.display()))?;
+        if let Some(calls) = alloc_calls_of(&text) {
+            return Ok(calls);
+        }
+    }
+    bail!(
+        "no JSON report with an `allocations` section in `{}`",
+        output_dir.display()
+    )
+}
+
+/// `allocations.kernel.calls` of a JSON report, if present.
+fn alloc_calls_of(report: &str) -> Option<u64> {
+    let value: Value = serde_json::from_str(report).ok()?;
+    value["allocations"]["kernel"]["calls"].as_u64()
+}
+
+/// The `*.json` files of `output_dir`, by name.
+fn json_reports(output_dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut reports: Vec<PathBuf> = fs::read_dir(output_dir)
+        .with_context(|| format!("cannot list `{}`", output_dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    reports.sort();
+    Ok(reports)
 }
 
 /// Fails with the command and its stderr when it did not exit 0.
@@ -252,13 +361,7 @@ fn phase_line(stdout: &str) -> Option<Value> {
 /// that memtrace wrote into `output_dir` (the first `*.json` file that has
 /// such an entry, by name).
 fn top_path_bytes(output_dir: &Path) -> Result<u64> {
-    let mut reports: Vec<PathBuf> = fs::read_dir(output_dir)
-        .with_context(|| format!("cannot list `{}`", output_dir.display()))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-        .collect();
-    reports.sort();
-    for path in &reports {
+    for path in &json_reports(output_dir)? {
         let text = fs::read_to_string(path)
             .with_context(|| format!("cannot read `{}`", path.display()))?;
         if let Some(bytes) = first_growth_path_bytes(&text) {
@@ -336,6 +439,34 @@ fn print_table(rows: &[Row]) {
             format!("<= {:.2}x: {ratio_verdict}", workload.goal_ratio),
         );
     }
+    for (workload, row) in WORKLOADS.iter().zip(rows) {
+        if let Some(peers) = &row.peers {
+            print_peers(workload.name, row.untraced_seconds, peers);
+        }
+    }
+}
+
+/// Prints allocator mode and tracemalloc against untraced for one workload,
+/// and the time allocator mode adds per allocator call.
+fn print_peers(name: &str, untraced_seconds: f64, peers: &PeerMedians) {
+    println!();
+    println!("{name}: allocation tracers (medians)");
+    for (label, seconds) in [
+        ("memtrace --allocations", peers.allocations_seconds),
+        ("python -X tracemalloc", peers.tracemalloc_seconds),
+    ] {
+        println!(
+            "  {label:<24} {seconds:>9.3} s {:>7.2}x",
+            seconds / untraced_seconds
+        );
+    }
+    if peers.alloc_calls > 0.0 {
+        let added_ns = (peers.allocations_seconds - untraced_seconds) * 1e9 / peers.alloc_calls;
+        println!(
+            "  --allocations: {:.0} outermost allocator calls seen per run (the whole process),              {added_ns:.0} ns added per call with the free of its block",
+            peers.alloc_calls
+        );
+    }
 }
 
 fn verdict(met: bool) -> &'static str {
@@ -372,6 +503,13 @@ mod tests {
         let sampled = r#"{"paths": [{"bytes": {"growth_bytes": 2047.6}}]}"#;
         assert_eq!(first_growth_path_bytes(sampled), Some(2048));
         assert_eq!(first_growth_path_bytes(r#"{"paths": []}"#), None);
+    }
+
+    #[test]
+    fn alloc_calls_are_read_from_the_allocations_section() {
+        let report = r#"{"allocations": {"kernel": {"calls": 1234, "live_full": 0}}}"#;
+        assert_eq!(alloc_calls_of(report), Some(1234));
+        assert_eq!(alloc_calls_of(r#"{"paths": []}"#), None);
     }
 
     #[test]

@@ -299,6 +299,50 @@ mod tests {
         assert_eq!(decode(&buf[1..]), Ok(Record::Memory(Box::new(record))));
     }
 
+    fn alloc_record(call: u32, frame_count: u32) -> AllocRecord {
+        AllocRecord {
+            header: header(RecordKind::Alloc),
+            call,
+            stack_status: 0,
+            addr: 0x7f00_0000_2000,
+            size_bytes: 417,
+            native_ip: 0x40_2000,
+            flags: 0,
+            frame_count,
+            frames: [PyFrame::default(); MAX_FRAMES],
+        }
+    }
+
+    #[test]
+    fn decodes_alloc_and_free_and_checks_them() {
+        let alloc = alloc_record(AllocCall::Realloc as u32, 3);
+        assert_eq!(
+            decode(&bytes_of(&alloc)),
+            Ok(Record::Alloc(Box::new(alloc)))
+        );
+        let unknown = alloc_record(99, 0);
+        assert_eq!(
+            decode(&bytes_of(&unknown)),
+            Err(DecodeError::UnknownAllocCall { call: 99 })
+        );
+        let too_many = alloc_record(AllocCall::Malloc as u32, MAX_FRAMES as u32 + 1);
+        assert!(matches!(
+            decode(&bytes_of(&too_many)),
+            Err(DecodeError::TooManyFrames { .. })
+        ));
+        let free = FreeRecord {
+            header: header(RecordKind::Free),
+            addr: 0x7f00_0000_2000,
+            size_bytes: 417,
+        };
+        let bytes = bytes_of(&free);
+        assert_eq!(decode(&bytes), Ok(Record::Free(free)));
+        assert!(matches!(
+            decode(&bytes[..bytes.len() - 1]),
+            Err(DecodeError::Truncated { .. })
+        ));
+    }
+
     #[test]
     fn rejects_short_header() {
         assert_eq!(
