@@ -27,6 +27,11 @@ const TOLERANCE: f64 = 0.15;
 /// Sampling mean of these runs, in bytes.
 const SAMPLE_BYTES: &str = "65536";
 
+/// How long the workloads wait before allocating, in seconds: memtrace
+/// attaches a process's allocator probes once its interpreter is found,
+/// tens of milliseconds after it starts, and never pauses it.
+const START_DELAY_SECONDS: &str = "0.5";
+
 /// Debian's LTO-built interpreter, whose pymalloc is inlined.
 const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
 
@@ -38,6 +43,7 @@ fn trace_allocations(python: &Path, extra: &[&str], script_name: &str, args: &[&
     command.extend_from_slice(extra);
     command.extend(["--", python.to_str().unwrap(), script.to_str().unwrap()]);
     command.extend_from_slice(args);
+    command.extend(["--start-delay", START_DELAY_SECONDS]);
     trace(&command)
 }
 
@@ -124,6 +130,12 @@ fn ctypes_malloc_is_attributed_to_its_python_function() {
     let expected = native["malloc_bytes"].as_f64().unwrap();
     let leaked = trace.function_bytes(tgid, "native_malloc", "leaked_bytes");
     assert_within(leaked, expected, "malloc'd by native_malloc");
+    // The report says from when allocations were seen: before the workload
+    // began to allocate.
+    let gap_ns = trace.alloc_process(tgid)["hook"]["gap_ns"]
+        .as_u64()
+        .unwrap();
+    assert!(gap_ns < 500_000_000, "probes attached after {gap_ns} ns");
 }
 
 #[test]

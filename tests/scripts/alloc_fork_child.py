@@ -9,7 +9,7 @@ Output (JSON lines, see ``workload_common.py``):
 
 Run::
 
-    python alloc_fork_child.py --mib 32
+    python alloc_fork_child.py --mib 32 --start-delay 0.5
 """
 
 from __future__ import annotations
@@ -39,12 +39,14 @@ def child_keeps(target_bytes: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mib", type=int, default=32)
+    parser.add_argument("--start-delay", type=float, default=0.5,
+                        help="seconds the child waits before allocating (default 0.5)")
     args = parser.parse_args()
     pid = os.fork()
     if pid == 0:
         # Give memtrace time to attach the child's allocator probes (it never
         # pauses a process; allocations before then are not seen).
-        time.sleep(0.5)
+        time.sleep(args.start_delay)
         kept = child_keeps(args.mib * MIB)
         emit("child", function="child_keeps", getsizeof_bytes=kept,
              start_time_ticks=start_time_ticks())

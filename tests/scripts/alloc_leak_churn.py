@@ -4,7 +4,9 @@ calls libc ``malloc`` through ``ctypes`` for ``--native-mib`` MiB and keeps the 
 ``keep_tuples`` keeps ``--tuples-mib`` MiB of 2-tuples (which Debian's LTO-built
 interpreter allocates with pymalloc inlined: its allocator uprobes do not see them).
 
-Each function allocates its own bytes (it is the innermost Python frame of
+The functions run after ``--start-delay`` seconds (memtrace attaches a
+process's allocator probes tens of milliseconds after it starts, and never
+pauses it: allocations before then are not seen). Each function allocates its own bytes (it is the innermost Python frame of
 each allocation). ``keep_small_objects`` appends distinct ``bytes`` objects of
 417 bytes (pymalloc-sized) to a module-level list, kept until exit.
 ``churn`` creates and drops 16 KiB ``bytes`` objects one at a time, so it
@@ -20,7 +22,7 @@ Output (JSON lines, see ``workload_common.py``):
 
 Run::
 
-    python alloc_leak_churn.py --keep-mib 100 --churn-mib 400 --native-mib 32
+    python alloc_leak_churn.py --keep-mib 100 --churn-mib 400 --native-mib 32 --start-delay 0.5
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import argparse
 import ctypes
 import sys
 
-from workload_common import MIB, emit
+from workload_common import MIB, emit, wait_for_start
 
 #: Payload of each kept object: 384 + the 33-byte bytes header = 417 bytes.
 KEPT_PAYLOAD_BYTES = 384
@@ -95,7 +97,9 @@ def main() -> None:
     parser.add_argument("--churn-mib", type=int, default=0)
     parser.add_argument("--native-mib", type=int, default=0)
     parser.add_argument("--tuples-mib", type=int, default=0)
+    parser.add_argument("--start-delay", type=float, default=0.0)
     args = parser.parse_args()
+    wait_for_start(args.start_delay)
     if args.keep_mib:
         kept = keep_small_objects(args.keep_mib * MIB)
         emit("kept", function="keep_small_objects", getsizeof_bytes=kept)
