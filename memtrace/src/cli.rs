@@ -243,4 +243,19 @@ pub struct CommonArgs {
     /// per allocator call: for short windows.
     #[arg(long)]
     pub allocations: bool,
+    /// With --allocations: which bytes weigh the allocation folded stacks
+    /// written beside the report (`<stem>.allocations.folded`).
+    #[arg(long, value_enum, default_value_t = AllocWeightArg::Leaked)]
+    pub alloc_weight: AllocWeightArg,
+}
+
+/// `--alloc-weight` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AllocWeightArg {
+    /// Bytes allocated.
+    Allocated,
+    /// Bytes still live at the end (or when the process began to exit).
+    Leaked,
+    /// Bytes live when the process's sampled live bytes peaked.
+    Peak,
 }

@@ -3,9 +3,10 @@
 //! become, per process and per path (Python stack), the bytes allocated,
 //! freed, leaked (still live at the end), live at the process's high-water
 //! mark, and temporary (freed within [`TEMPORARY_NS`]). The result,
-//! [`AllocationsReport`], goes into the JSON report and a terminal section
-//! (`render`).
+//! [`AllocationsReport`], goes into the JSON report, a terminal section
+//! (`render`) and folded stacks (`folded`).
 
+mod folded;
 mod render;
 #[cfg(test)]
 mod tests;
@@ -14,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+pub use folded::{render_folded, AllocWeight};
 pub use render::render_text;
 
 /// A block freed within this many nanoseconds of its allocation counts as

@@ -116,6 +116,33 @@ fn leaked_freed_temporary_and_peak_per_path() {
 }
 
 #[test]
+fn folded_stacks_carry_the_chosen_weight() {
+    let mut tracker = AllocationTracker::new(MEAN);
+    tracker.process_started(7, 0, 0);
+    tracker.alloc(7, 0, 0x1, 8 * MIB, stack("kept;odd"), false);
+    tracker.alloc(7, 0, 0x2, 4 * MIB, stack("freed"), false);
+    tracker.free(7, 0, 0x2);
+    let report = tracker.report(KernelAllocStats::default());
+    let folded = |weight| {
+        let mut out = Vec::new();
+        render_folded(&report, weight, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let kept = format!(
+        "tgid 7;<module> (app.py:1);kept,odd (app.py:9) {}",
+        w(8 * MIB).round()
+    );
+    assert_eq!(folded(AllocWeight::Leaked), format!("{kept}\n"));
+    let allocated = folded(AllocWeight::Allocated);
+    assert!(allocated.contains(&kept), "{allocated}");
+    assert!(
+        allocated.contains(&format!("freed (app.py:9) {}", w(4 * MIB).round())),
+        "{allocated}"
+    );
+    assert_eq!(folded(AllocWeight::Peak), allocated);
+}
+
+#[test]
 fn a_new_peak_keeps_paths_unchanged_since_the_last_one() {
     let mut tracker = AllocationTracker::new(MEAN);
     tracker.process_started(1, 0, 0);

@@ -15,7 +15,7 @@ use super::session::{monotonic_ns, Session};
 use crate::{
     aggregate::{ExitStatus, RunMeta, Weight},
     capture,
-    cli::{CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
+    cli::{AllocWeightArg, CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
     diagnose::{self, Diagnosed},
     events::RecordReader,
     output_file,
@@ -68,6 +68,9 @@ impl Session {
             for path in write_format_files(&diagnosed, common, &options, &written.folded) {
                 eprintln!("memtrace: wrote {}", path.display());
             }
+            if let Some(allocations) = &diagnosed.allocations {
+                write_allocations_folded(allocations, common, &written.folded);
+            }
         }
         if let Some(reason) = stop {
             eprintln!("memtrace: stopped: {}", reason.describe());
@@ -83,6 +86,37 @@ impl Session {
                 .context("cannot print the report")?;
         }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
+    }
+}
+
+/// Writes the allocation folded stacks beside `folded`
+/// (`<stem>.allocations.folded`), weighed by `--alloc-weight`; a failure is
+/// a warning.
+fn write_allocations_folded(
+    allocations: &crate::allocations::AllocationsReport,
+    common: &CommonArgs,
+    folded: &Path,
+) {
+    use crate::allocations::AllocWeight;
+    let weight = match common.alloc_weight {
+        AllocWeightArg::Allocated => AllocWeight::Allocated,
+        AllocWeightArg::Leaked => AllocWeight::Leaked,
+        AllocWeightArg::Peak => AllocWeight::Peak,
+    };
+    let path = folded.with_extension("allocations.folded");
+    let written = output_file::create(&path, common.force)
+        .with_context(|| format!("cannot create `{}`", path.display()))
+        .and_then(|file| {
+            let mut out = BufWriter::new(file);
+            crate::allocations::render_folded(allocations, weight, &mut out)?;
+            out.flush()?;
+            Ok(())
+        });
+    match written {
+        Ok(()) => eprintln!("memtrace: wrote {}", path.display()),
+        Err(err) => {
+            eprintln!("memtrace: warning: {err:#}; the allocation folded stacks are not written")
+        }
     }
 }
 
