@@ -32,15 +32,64 @@ pub const PY_PROCESSES_MAP: &str = "PY_PROCESSES";
 /// Name of the per-CPU array (one `u64` slot) counting records that could
 /// not be reserved in the ring buffer.
 pub const DROPPED_MAP: &str = "DROPPED";
+/// Name of the array map (`u64` per slot) of exponential variates, in
+/// bytes, that allocator-mode sampling draws from (filled by userspace).
+pub const ALLOC_EXP_DRAWS_MAP: &str = "ALLOC_EXP_DRAWS";
+/// Slots of [`ALLOC_EXP_DRAWS_MAP`]: a power of two, indexed by a random
+/// draw masked with `ALLOC_EXP_DRAWS_LEN - 1`.
+pub const ALLOC_EXP_DRAWS_LEN: u32 = 4096;
+/// Name of the hash map `LiveKey -> LiveBlock` of sampled blocks not yet
+/// freed (allocator mode).
+pub const ALLOC_LIVE_MAP: &str = "ALLOC_LIVE";
+/// Name of the per-CPU array of allocator-mode counters (`ALLOC_STAT_*`
+/// slots, one `u64` each).
+pub const ALLOC_STATS_MAP: &str = "ALLOC_STATS";
+/// [`ALLOC_STATS_MAP`] slot: sampled blocks that could not be inserted in
+/// the live set (it was full); their frees are not seen.
+pub const ALLOC_STAT_LIVE_FULL: u32 = 0;
+/// [`ALLOC_STATS_MAP`] slot: allocator calls the uprobes saw (outermost
+/// calls that returned a block).
+pub const ALLOC_STAT_CALLS: u32 = 1;
+/// Slots of [`ALLOC_STATS_MAP`].
+pub const ALLOC_STAT_SLOTS: u32 = 2;
+
+/// Key of [`ALLOC_LIVE_MAP`]: a block of a process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveKey {
+    /// The process (thread-group id).
+    pub tgid: u32,
+    /// Always zero.
+    pub _pad: u32,
+    /// The block's address.
+    pub addr: u64,
+}
+
+/// Value of [`ALLOC_LIVE_MAP`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveBlock {
+    /// Requested size, in bytes.
+    pub size_bytes: u64,
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<LiveKey>() == 16);
+    assert!(core::mem::size_of::<LiveBlock>() == 8);
+};
 
 #[cfg(feature = "user")]
 mod user {
     //! `aya::Pod` for the map values, so userspace can read and write maps.
-    use super::{ProcessCounters, PyProcessInfo};
+    use super::{LiveBlock, LiveKey, ProcessCounters, PyProcessInfo};
 
     // SAFETY: #[repr(C)], only integer fields, no implicit padding (asserted
     // in their modules).
     unsafe impl aya::Pod for ProcessCounters {}
     // SAFETY: as above.
     unsafe impl aya::Pod for PyProcessInfo {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for LiveKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for LiveBlock {}
 }

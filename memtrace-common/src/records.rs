@@ -23,6 +23,10 @@ pub enum RecordKind {
     /// An exact change of the address space that gives memory back or moves
     /// it: [`AddressRecord`].
     Address = 17,
+    /// A sampled heap block allocation (allocator mode): [`AllocRecord`].
+    Alloc = 32,
+    /// A sampled heap block was freed (allocator mode): [`FreeRecord`].
+    Free = 33,
 }
 
 impl TryFrom<u32> for RecordKind {
@@ -37,6 +41,8 @@ impl TryFrom<u32> for RecordKind {
             4 => Ok(Self::ExitBegin),
             16 => Ok(Self::Memory),
             17 => Ok(Self::Address),
+            32 => Ok(Self::Alloc),
+            33 => Ok(Self::Free),
             other => Err(other),
         }
     }
@@ -329,7 +335,96 @@ pub struct AddressRecord {
     pub rss_bytes: u64,
 }
 
+/// Which allocator entry point made an [`AllocRecord`] (the outermost one
+/// on the thread: a nested call, e.g. glibc `malloc` inside
+/// `PyObject_Malloc`, is not recorded again). Stable values.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AllocCall {
+    /// `malloc(size)`, `PyObject_Malloc`, `PyMem_Malloc`, `PyMem_RawMalloc`.
+    Malloc = 1,
+    /// `calloc(n, size)` and the CPython `*_Calloc` functions: `n * size`.
+    Calloc = 2,
+    /// `realloc(ptr, size)` and the CPython `*_Realloc` functions: the old
+    /// block, if sampled, got a [`FreeRecord`] first.
+    Realloc = 3,
+    /// glibc `aligned_alloc(alignment, size)`.
+    AlignedAlloc = 4,
+    /// glibc `posix_memalign(&ptr, alignment, size)`.
+    PosixMemalign = 5,
+}
+
+impl TryFrom<u32> for AllocCall {
+    type Error = u32;
+
+    /// Maps a wire value to its call; an unknown value is the error.
+    fn try_from(value: u32) -> Result<Self, u32> {
+        Ok(match value {
+            1 => Self::Malloc,
+            2 => Self::Calloc,
+            3 => Self::Realloc,
+            4 => Self::AlignedAlloc,
+            5 => Self::PosixMemalign,
+            other => return Err(other),
+        })
+    }
+}
+
+/// [`AllocRecord::flags`]: the block could not be put in the kernel's live
+/// set (`ALLOC_LIVE` full), so its free will not be seen; counted in
+/// [`ALLOC_STATS_MAP`](crate::ALLOC_STATS_MAP) too.
+pub const ALLOC_UNTRACKED: u32 = 1;
+
+/// A sampled heap allocation of a traced process (allocator mode), sent from
+/// the uretprobe of the outermost allocator call on the thread, with the
+/// thread's Python stack.
+///
+/// Sampling is a Poisson process over allocated bytes with mean
+/// `sample_interval_bytes`: a block of `size_bytes = s` is sampled with
+/// probability `1 - exp(-s / mean)`, so userspace weighs it
+/// `s / (1 - exp(-s / mean))` bytes (unbiased).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocRecord {
+    /// Common header, `kind == RecordKind::Alloc`.
+    pub header: RecordHeader,
+    /// An [`AllocCall`] value.
+    pub call: u32,
+    /// `STACK_*` bits.
+    pub stack_status: u32,
+    /// Address of the block the allocator returned.
+    pub addr: u64,
+    /// Requested size of the block, in bytes.
+    pub size_bytes: u64,
+    /// Return address of the allocator call (the instruction after the call
+    /// in its caller), or 0.
+    pub native_ip: u64,
+    /// `ALLOC_*` bits.
+    pub flags: u32,
+    /// Number of valid entries in `frames`.
+    pub frame_count: u32,
+    /// Python frames, innermost first; entries past `frame_count` are garbage.
+    pub frames: [PyFrame; MAX_FRAMES],
+}
+
+/// A sampled block of a traced process was freed (`free`, the CPython
+/// `*_Free` functions, or the old block of a `realloc`). Sent only for
+/// blocks in the kernel's live set: a free of an unsampled block costs one
+/// hash lookup and sends nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FreeRecord {
+    /// Common header, `kind == RecordKind::Free`.
+    pub header: RecordHeader,
+    /// Address of the freed block.
+    pub addr: u64,
+    /// Its size as allocated, in bytes.
+    pub size_bytes: u64,
+}
+
 const _: () = {
+    assert!(core::mem::size_of::<AllocRecord>() == 64 + 16 * MAX_FRAMES);
+    assert!(core::mem::size_of::<FreeRecord>() == 40);
     assert!(core::mem::size_of::<RecordHeader>() == 24);
     assert!(core::mem::size_of::<ForkRecord>() == 72);
     assert!(core::mem::size_of::<ExecRecord>() == 24 + 208);

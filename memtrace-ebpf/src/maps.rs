@@ -5,10 +5,12 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
     Global,
 };
-use memtrace_common::{ProcessCounters, PyProcessInfo};
+use memtrace_common::{
+    LiveBlock, LiveKey, ProcessCounters, PyProcessInfo, ALLOC_EXP_DRAWS_LEN, ALLOC_STAT_SLOTS,
+};
 
 /// Most processes traced at once (one `PROCESSES` / `PY_PROCESSES` entry each).
 pub const MAX_PROCESSES: u32 = 16_384;
@@ -77,6 +79,55 @@ pub struct PendingSyscall {
 #[map]
 pub static PENDING_SYSCALLS: LruHashMap<u32, PendingSyscall> =
     LruHashMap::with_max_entries(MAX_PENDING_SYSCALLS, 0);
+
+/// Most sampled heap blocks live at once, over all processes (allocator
+/// mode): at the default 512 KiB mean, 32 GiB of live heap.
+pub const MAX_LIVE_BLOCKS: u32 = 65_536;
+/// Most threads with allocator state at once (allocator mode); LRU, so a
+/// thread that exited gives its slot to a new one.
+pub const MAX_ALLOC_THREADS: u32 = 16_384;
+
+/// Allocator mode: one thread's state between an allocator's uprobe and its
+/// uretprobe, and its sampling countdown.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AllocThread {
+    /// Allocator calls in progress on the thread (nested calls: >1).
+    pub depth: u32,
+    /// The outermost call's `memtrace_common::AllocCall`.
+    pub call: u32,
+    /// The outermost call's stack pointer at entry.
+    pub entry_sp: u64,
+    /// The outermost call's requested size, in bytes.
+    pub size_bytes: u64,
+    /// `realloc`'s old block, 0 otherwise.
+    pub old_addr: u64,
+    /// `posix_memalign`'s `void **memptr`, 0 otherwise.
+    pub out_ptr: u64,
+    /// Bytes still to allocate before the next sample; a fresh exponential
+    /// draw after each sample (memoryless, so sampling stays Poisson).
+    pub countdown_bytes: u64,
+}
+
+/// Allocator state per thread: tid -> [`AllocThread`].
+#[map]
+pub static ALLOC_THREADS: LruHashMap<u32, AllocThread> =
+    LruHashMap::with_max_entries(MAX_ALLOC_THREADS, 0);
+
+/// Sampled blocks not yet freed (`memtrace_common::ALLOC_LIVE_MAP`). Not LRU:
+/// a full map refuses the insert, which is counted, never silent.
+#[map]
+pub static ALLOC_LIVE: HashMap<LiveKey, LiveBlock> = HashMap::with_max_entries(MAX_LIVE_BLOCKS, 0);
+
+/// Exponential variates with mean `SAMPLE_INTERVAL_BYTES`, in bytes
+/// (`memtrace_common::ALLOC_EXP_DRAWS_MAP`, filled by userspace: BPF has no
+/// floating point).
+#[map]
+pub static ALLOC_EXP_DRAWS: Array<u64> = Array::with_max_entries(ALLOC_EXP_DRAWS_LEN, 0);
+
+/// Allocator-mode counters per CPU (`memtrace_common::ALLOC_STATS_MAP`).
+#[map]
+pub static ALLOC_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ALLOC_STAT_SLOTS, 0);
 
 /// Mean sampling interval of memory records, in bytes, 1..=u32::MAX (1 =
 /// record every event). Default 512 KiB.

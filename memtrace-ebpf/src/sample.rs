@@ -73,7 +73,7 @@ pub fn header(kind: RecordKind, tgid: u32) -> RecordHeader {
 
 /// Submit flags: no wakeup until `WAKEUP_THRESHOLD_BYTES` are pending.
 #[inline(always)]
-fn submit_flags() -> u64 {
+pub fn submit_flags() -> u64 {
     if RECORDS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_THRESHOLD_BYTES.load() {
         BPF_RB_FORCE_WAKEUP.into()
     } else {

@@ -176,6 +176,13 @@ pub struct RunArgs {
     /// Options shared with `record`.
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Start the command with PYTHONMALLOC=malloc: CPython then allocates
+    /// every object with libc malloc, which --allocations hooks, even where
+    /// its own allocator is inlined (LTO builds such as Debian's
+    /// /usr/bin/python3.11). Changes the program's allocator: memory use
+    /// and speed differ from pymalloc's.
+    #[arg(long)]
+    pub python_malloc: bool,
     /// The command to start, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -228,4 +235,27 @@ pub struct CommonArgs {
     /// No live view while recording.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also hook the allocators of each traced process (CPython's
+    /// PyObject_/PyMem_ API and libc malloc/calloc/realloc/free, with
+    /// uprobes for that process only): per path, bytes allocated, freed,
+    /// leaked, live at the high-water mark, and temporary, sampled by bytes
+    /// with --sample-bytes as the mean. Costs about a microsecond or more
+    /// per allocator call: for short windows.
+    #[arg(long)]
+    pub allocations: bool,
+    /// With --allocations: which bytes weigh the allocation folded stacks
+    /// written beside the report (`<stem>.allocations.folded`).
+    #[arg(long, value_enum, default_value_t = AllocWeightArg::Leaked)]
+    pub alloc_weight: AllocWeightArg,
+}
+
+/// `--alloc-weight` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AllocWeightArg {
+    /// Bytes allocated.
+    Allocated,
+    /// Bytes still live at the end (or when the process began to exit).
+    Leaked,
+    /// Bytes live when the process's sampled live bytes peaked.
+    Peak,
 }

@@ -8,7 +8,8 @@
 //! native instructions to names, files and lines) →
 //! `held` (which sampled pages each path still holds, by address: held now
 //! and at the high-water mark) →
-//! `aggregate` (per process, per stack, over time; `capture` writes it to a
+//! `aggregate` (per process, per stack, over time; `allocations` is its
+//! allocator-mode counterpart; `capture` writes it to a
 //! file as it goes and replays it) →
 //! `diagnose` (which growth pattern, with evidence) →
 //! `report` (table, folded stacks, JSON, flame graph, speedscope, pprof,
@@ -21,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod aggregate;
+pub mod allocations;
 pub mod app;
 pub mod bpf;
 pub mod capture;

@@ -43,6 +43,8 @@ enum Config {
     Untraced,
     /// `memtrace run -- python script`, memtrace's default mode.
     Memtrace,
+    /// `memtrace run --allocations -- python script`: allocator uprobes too.
+    Allocations,
     /// `python -X tracemalloc script`.
     Tracemalloc,
     /// `python -m memray run script`.
@@ -56,6 +58,7 @@ const DEFAULT_CONFIGS: &[Config] = &[Config::Untraced, Config::Memtrace];
 const PEER_CONFIGS: &[Config] = &[
     Config::Untraced,
     Config::Memtrace,
+    Config::Allocations,
     Config::Tracemalloc,
     Config::Memray,
 ];
@@ -66,6 +69,7 @@ impl Config {
         match self {
             Config::Untraced => "untraced",
             Config::Memtrace => "memtrace",
+            Config::Allocations => "allocations",
             Config::Tracemalloc => "tracemalloc",
             Config::Memray => "memray",
         }
@@ -76,6 +80,9 @@ impl Config {
         match self {
             Config::Untraced => "python SCRIPT",
             Config::Memtrace => "memtrace run --quiet -- python SCRIPT (default mode)",
+            Config::Allocations => {
+                "memtrace run --quiet --allocations -- python SCRIPT (allocator uprobes, opt-in)"
+            }
             Config::Tracemalloc => {
                 "python -X tracemalloc SCRIPT (started at startup, default frame depth 1)"
             }
@@ -92,8 +99,6 @@ impl Config {
 enum Peers {
     /// The default configurations only, with or without `--peers`.
     Never,
-    /// The default configurations; with `--peers`, the peer configurations.
-    Also,
     /// Only with `--peers`, under the peer configurations.
     Only,
 }
@@ -124,10 +129,11 @@ struct Workload {
 /// The adapter that runs a pyperformance benchmark in one process.
 const PYPERFORMANCE_SCRIPT: &str = "tests/scripts/bench_pyperformance.py";
 
-/// The workloads, in table order. The pyperformance loop counts give
-/// phases of about 0.7-1.3 s untraced on the 2-core VM
-/// (more when other work shares its cores).
-const WORKLOADS: [Workload; 5] = [
+/// The workloads, in table order. The peer workloads are short (about
+/// 0.1-0.5 s untraced on the 2-core VM): allocator mode adds microseconds
+/// per allocator call, so the 5M-dict loop would outlast
+/// [`TRACE_DURATION`] under it.
+const WORKLOADS: [Workload; 6] = [
     Workload {
         name: "alloc loop (5M dicts)",
         id: "alloc_loop",
@@ -136,7 +142,17 @@ const WORKLOADS: [Workload; 5] = [
         args: &[],
         settle_args: None,
         check_growth: false,
-        peers: Peers::Also,
+        peers: Peers::Never,
+    },
+    Workload {
+        name: "alloc loop (500k dicts)",
+        id: "alloc_loop_500k",
+        script: "tests/scripts/bench_alloc_loop.py",
+        goal_ratio: None,
+        args: &["--iterations", "500000"],
+        settle_args: None,
+        check_growth: false,
+        peers: Peers::Only,
     },
     Workload {
         name: "growth (1 GiB)",
@@ -149,19 +165,19 @@ const WORKLOADS: [Workload; 5] = [
         peers: Peers::Never,
     },
     pyperformance(
-        "json_loads (1200 loops)",
+        "json_loads (150 loops)",
         "json_loads",
-        &["--benchmark", "json_loads", "--loops", "1200"],
+        &["--benchmark", "json_loads", "--loops", "150"],
     ),
     pyperformance(
-        "deltablue (200 loops)",
+        "deltablue (25 loops)",
         "deltablue",
-        &["--benchmark", "deltablue", "--loops", "200"],
+        &["--benchmark", "deltablue", "--loops", "25"],
     ),
     pyperformance(
-        "raytrace (2 loops)",
+        "raytrace (1 loop)",
         "raytrace",
-        &["--benchmark", "raytrace", "--loops", "2"],
+        &["--benchmark", "raytrace", "--loops", "1"],
     ),
 ];
 
@@ -201,6 +217,8 @@ struct Sample {
     rss_growth_bytes: Option<u64>,
     /// Bytes of memtrace's first growth path (memtrace runs that check growth).
     top_path_bytes: Option<u64>,
+    /// Outermost allocator calls the uprobes saw (`--allocations` runs).
+    alloc_calls: Option<u64>,
 }
 
 /// Medians of one workload, one table row.
@@ -213,6 +231,8 @@ struct Row {
     medians: Vec<(Config, f64)>,
     /// Median relative error of the top growth path, when checked.
     growth_error: Option<f64>,
+    /// Median outermost allocator calls per `--allocations` run, if it ran.
+    alloc_calls: Option<f64>,
 }
 
 impl Row {
@@ -267,8 +287,8 @@ fn table_configs(peers: bool) -> &'static [Config] {
 fn configs_for(workload_peers: Peers, peers: bool) -> Option<&'static [Config]> {
     match (workload_peers, peers) {
         (Peers::Only, false) => None,
-        (Peers::Never, _) | (Peers::Also, false) => Some(DEFAULT_CONFIGS),
-        (Peers::Also | Peers::Only, true) => Some(PEER_CONFIGS),
+        (Peers::Never, _) => Some(DEFAULT_CONFIGS),
+        (Peers::Only, true) => Some(PEER_CONFIGS),
     }
 }
 
@@ -283,6 +303,7 @@ fn run_order(count: usize, run: usize) -> impl Iterator<Item = usize> {
 fn bench_workload(args: &BenchArgs, workload: &Workload, configs: &[Config]) -> Result<Row> {
     let mut seconds = vec![Vec::new(); configs.len()];
     let mut growth_errors = Vec::new();
+    let mut alloc_calls = Vec::new();
     for run in 0..args.runs {
         for index in run_order(configs.len(), run) {
             let config = configs[index];
@@ -296,6 +317,7 @@ fn bench_workload(args: &BenchArgs, workload: &Workload, configs: &[Config]) -> 
                 sample.phase_seconds
             );
             seconds[index].push(sample.phase_seconds);
+            alloc_calls.extend(sample.alloc_calls.map(|calls| calls as f64));
             if let (Some(top), Some(truth)) = (sample.top_path_bytes, sample.rss_growth_bytes) {
                 growth_errors.push(relative_error(top, truth));
             }
@@ -310,6 +332,7 @@ fn bench_workload(args: &BenchArgs, workload: &Workload, configs: &[Config]) -> 
             .map(|(config, samples)| (*config, median(samples)))
             .collect(),
         growth_error: (!growth_errors.is_empty()).then(|| median(&mut growth_errors)),
+        alloc_calls: (!alloc_calls.is_empty()).then(|| median(&mut alloc_calls)),
     })
 }
 
@@ -337,6 +360,11 @@ fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -
     } else {
         None
     };
+    let alloc_calls = if config == Config::Allocations {
+        Some(report_alloc_calls(&scratch)?)
+    } else {
+        None
+    };
     if config == Config::Memray {
         // Recordings of millions of allocations are large; nothing reads them.
         fs::remove_file(memray_file(&scratch))
@@ -346,6 +374,7 @@ fn run_once(args: &BenchArgs, workload: &Workload, config: Config, run: usize) -
         phase_seconds: phase["phase_seconds"].as_f64().unwrap_or_default(),
         rss_growth_bytes: phase["rss_growth_bytes"].as_u64(),
         top_path_bytes,
+        alloc_calls,
     })
 }
 
@@ -356,6 +385,7 @@ fn config_command(args: &BenchArgs, config: Config, scratch: &Path) -> Result<Co
     let mut cmd = match config {
         Config::Untraced => Command::new(&args.python),
         Config::Memtrace => memtrace_command(args, scratch, &[])?,
+        Config::Allocations => memtrace_command(args, scratch, &["--allocations"])?,
         Config::Tracemalloc => {
             let mut cmd = Command::new(&args.python);
             cmd.args(["-X", "tracemalloc"]);
@@ -426,13 +456,7 @@ fn phase_line(stdout: &str) -> Option<Value> {
 /// in the JSON report that memtrace wrote into `output_dir` (the first
 /// `*.json` file that has a path, by name).
 fn top_path_bytes(output_dir: &Path) -> Result<u64> {
-    let mut reports: Vec<PathBuf> = fs::read_dir(output_dir)
-        .with_context(|| format!("cannot list `{}`", output_dir.display()))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-        .collect();
-    reports.sort();
-    for path in &reports {
+    for path in &json_reports(output_dir)? {
         let text = fs::read_to_string(path)
             .with_context(|| format!("cannot read `{}`", path.display()))?;
         if let Some(bytes) = top_python_path_bytes(&text) {
@@ -443,6 +467,35 @@ fn top_path_bytes(output_dir: &Path) -> Result<u64> {
         "no JSON report with a `paths` entry in `{}`",
         output_dir.display()
     )
+}
+
+/// `allocations.kernel.calls` (outermost allocator calls the uprobes saw)
+/// of the JSON report memtrace wrote into `output_dir`.
+fn report_alloc_calls(output_dir: &Path) -> Result<u64> {
+    for path in &json_reports(output_dir)? {
+        let text = fs::read_to_string(path)
+            .with_context(|| format!("cannot read `{}`", path.display()))?;
+        let value: Value = serde_json::from_str(&text)
+            .with_context(|| format!("`{}` is not JSON", path.display()))?;
+        if let Some(calls) = value["allocations"]["kernel"]["calls"].as_u64() {
+            return Ok(calls);
+        }
+    }
+    bail!(
+        "no JSON report with `allocations.kernel.calls` in `{}`",
+        output_dir.display()
+    )
+}
+
+/// The `*.json` files of `output_dir`, by name.
+fn json_reports(output_dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut reports: Vec<PathBuf> = fs::read_dir(output_dir)
+        .with_context(|| format!("cannot list `{}`", output_dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    reports.sort();
+    Ok(reports)
 }
 
 /// The largest sum of `bytes.growth_bytes` over the report's `paths` that
@@ -519,7 +572,26 @@ fn format_table(configs: &[Config], rows: &[Row]) -> String {
     for row in rows {
         table.push_str(&format_row(configs, row));
     }
+    for row in rows {
+        if let Some(line) = per_call_line(row) {
+            table.push_str(&line);
+        }
+    }
     table
+}
+
+/// What allocator mode adds per allocator call on `row`'s workload: its
+/// median time over untraced, divided by the median outermost allocator
+/// calls its uprobes saw (each with the free of its block, probed too);
+/// `None` when it did not run.
+fn per_call_line(row: &Row) -> Option<String> {
+    let calls = row.alloc_calls.filter(|calls| *calls > 0.0)?;
+    let added_seconds = row.median(Config::Allocations)? - row.median(Config::Untraced)?;
+    Some(format!(
+        "allocations on {}: {:.0} ns added per allocator call ({calls:.0} calls per run)\n",
+        row.name,
+        added_seconds / calls * 1e9
+    ))
 }
 
 /// One table row, newline-terminated.
@@ -639,8 +711,6 @@ mod tests {
     fn peers_flag_selects_workloads_and_configurations() {
         assert_eq!(configs_for(Peers::Never, false), Some(DEFAULT_CONFIGS));
         assert_eq!(configs_for(Peers::Never, true), Some(DEFAULT_CONFIGS));
-        assert_eq!(configs_for(Peers::Also, false), Some(DEFAULT_CONFIGS));
-        assert_eq!(configs_for(Peers::Also, true), Some(PEER_CONFIGS));
         assert_eq!(configs_for(Peers::Only, false), None);
         assert_eq!(configs_for(Peers::Only, true), Some(PEER_CONFIGS));
         let default_names: Vec<&str> = WORKLOADS
@@ -657,7 +727,16 @@ mod tests {
             assert_eq!(configs[0], Config::Untraced);
         }
         let labels: Vec<&str> = PEER_CONFIGS.iter().map(|c| c.label()).collect();
-        assert_eq!(labels, ["untraced", "memtrace", "tracemalloc", "memray"]);
+        assert_eq!(
+            labels,
+            [
+                "untraced",
+                "memtrace",
+                "allocations",
+                "tracemalloc",
+                "memray"
+            ]
+        );
     }
 
     #[test]
@@ -684,16 +763,19 @@ mod tests {
                 medians: vec![
                     (Config::Untraced, 2.0),
                     (Config::Memtrace, 2.02),
+                    (Config::Allocations, 52.0),
                     (Config::Tracemalloc, 20.0),
                     (Config::Memray, 8.0),
                 ],
                 growth_error: None,
+                alloc_calls: Some(10_000_000.0),
             },
             Row {
                 name: "growth (1 GiB)",
                 goal_ratio: Some(1.15),
                 medians: vec![(Config::Untraced, 1.0), (Config::Memtrace, 1.2)],
                 growth_error: Some(-0.02),
+                alloc_calls: None,
             },
         ];
         let table = format_table(PEER_CONFIGS, &rows);
@@ -704,15 +786,20 @@ mod tests {
             .expect("header");
         assert_eq!(
             lines[header],
-            "workload                        untraced        memtrace     tracemalloc          memray  memtrace goal         top path vs true growth"
+            "workload                        untraced        memtrace     allocations     tracemalloc          memray  memtrace goal         top path vs true growth"
         );
         assert_eq!(
             lines[header + 1],
-            "alloc loop (5M dicts)             2.000s    2.020s 1.01x  20.000s 10.00x    8.000s 4.00x  <= 1.05x: met         -"
+            "alloc loop (5M dicts)             2.000s    2.020s 1.01x  52.000s 26.00x  20.000s 10.00x    8.000s 4.00x  <= 1.05x: met         -"
         );
         assert_eq!(
             lines[header + 2],
-            "growth (1 GiB)                    1.000s    1.200s 1.20x               -               -  <= 1.15x: MISSED      -2.0% (goal within 25%: met)"
+            "growth (1 GiB)                    1.000s    1.200s 1.20x               -               -               -  <= 1.15x: MISSED      -2.0% (goal within 25%: met)"
+        );
+        // (52 s - 2 s) / 10M calls.
+        assert_eq!(
+            lines[header + 3],
+            "allocations on alloc loop (5M dicts): 5000 ns added per allocator call (10000000 calls per run)"
         );
         assert!(table.contains("tracemalloc  python -X tracemalloc SCRIPT"));
     }

@@ -6,6 +6,7 @@
 //! diagnose and write and print the report (`output`). `report` replays a
 //! capture into the same output; `diff` is `crate::diff`.
 
+mod allocations;
 mod output;
 mod probing;
 mod records;
@@ -34,7 +35,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     runtime.block_on(async {
         match cli.command {
             Command::Record(args) => record(args.pids, args.allow_init, args.common).await,
-            Command::Run(args) => run_command(&args.command, args.common).await,
+            Command::Run(args) => run_command(&args.command, args.python_malloc, args.common).await,
             Command::Report(args) => output::report_command(&args),
             Command::Diff(args) => crate::diff::run(&args),
         }
@@ -61,15 +62,25 @@ async fn record(pids: Vec<u32>, allow_init: bool, common: CommonArgs) -> Result<
 }
 
 /// `memtrace run -- CMD`: starts the command held before its execve, traces
-/// it from its first instruction, and exits with its status.
-async fn run_command(argv: &[std::ffi::OsString], common: CommonArgs) -> Result<ExitCode> {
+/// it from its first instruction, and exits with its status; with
+/// `python_malloc`, under `PYTHONMALLOC=malloc`.
+async fn run_command(
+    argv: &[std::ffi::OsString],
+    python_malloc: bool,
+    common: CommonArgs,
+) -> Result<ExitCode> {
     let command = argv
         .iter()
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
     let (mut session, mut reader) = Session::start(&common, &command)?;
-    let held = spawn_held(argv)?;
+    let envs: &[(&str, &str)] = if python_malloc {
+        &[("PYTHONMALLOC", "malloc")]
+    } else {
+        &[]
+    };
+    let held = spawn_held(argv, envs)?;
     session.add_launched(held.pid)?;
     session.attached(true);
     let mut child = held.release()?;

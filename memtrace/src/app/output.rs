@@ -15,7 +15,7 @@ use super::session::{monotonic_ns, Session};
 use crate::{
     aggregate::{ExitStatus, RunMeta, Weight},
     capture,
-    cli::{CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
+    cli::{AllocWeightArg, CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
     diagnose::{self, Diagnosed},
     events::RecordReader,
     output_file,
@@ -35,6 +35,7 @@ impl Session {
         command_status: Option<ExitStatus>,
     ) -> Result<ExitCode> {
         let end_ns = monotonic_ns().max(self.start_ns);
+        let allocations = self.allocations_report();
         let meta = RunMeta {
             command: self.command,
             // From the records' clock, so a replayed capture ends where
@@ -59,12 +60,16 @@ impl Session {
                 anyhow::Error::from(err)
             );
         }
-        let diagnosed = diagnose::diagnose(report);
+        let mut diagnosed = diagnose::diagnose(report);
+        diagnosed.allocations = allocations;
         let options = render_options(&common.render);
         let written = write_report_files(&diagnosed, options.weight, &common.output_dir);
         if let Some(written) = &written {
             for path in write_format_files(&diagnosed, common, &options, &written.folded) {
                 eprintln!("memtrace: wrote {}", path.display());
+            }
+            if let Some(allocations) = &diagnosed.allocations {
+                write_allocations_folded(allocations, common, &written.folded);
             }
         }
         if let Some(reason) = stop {
@@ -76,7 +81,42 @@ impl Session {
             None => report::table::render_summary(&diagnosed, &options, &mut stdout),
         }
         .context("cannot print the report")?;
+        if let Some(allocations) = &diagnosed.allocations {
+            crate::allocations::render_text(allocations, options.top, &mut stdout)
+                .context("cannot print the report")?;
+        }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
+    }
+}
+
+/// Writes the allocation folded stacks beside `folded`
+/// (`<stem>.allocations.folded`), weighed by `--alloc-weight`; a failure is
+/// a warning.
+fn write_allocations_folded(
+    allocations: &crate::allocations::AllocationsReport,
+    common: &CommonArgs,
+    folded: &Path,
+) {
+    use crate::allocations::AllocWeight;
+    let weight = match common.alloc_weight {
+        AllocWeightArg::Allocated => AllocWeight::Allocated,
+        AllocWeightArg::Leaked => AllocWeight::Leaked,
+        AllocWeightArg::Peak => AllocWeight::Peak,
+    };
+    let path = folded.with_extension("allocations.folded");
+    let written = output_file::create(&path, common.force)
+        .with_context(|| format!("cannot create `{}`", path.display()))
+        .and_then(|file| {
+            let mut out = BufWriter::new(file);
+            crate::allocations::render_folded(allocations, weight, &mut out)?;
+            out.flush()?;
+            Ok(())
+        });
+    match written {
+        Ok(()) => eprintln!("memtrace: wrote {}", path.display()),
+        Err(err) => {
+            eprintln!("memtrace: warning: {err:#}; the allocation folded stacks are not written")
+        }
     }
 }
 

@@ -41,6 +41,7 @@ impl Session {
                     return;
                 }
                 self.watch_finalization(&process.binary);
+                self.hook_allocator(tgid, Some(process.binary.clone()));
                 self.resolver.register(tgid, &process);
                 self.tree.set_py_info(tgid, process.info);
                 let version = process.version.to_string();
@@ -49,6 +50,7 @@ impl Session {
             Ok(Probe::NotPython) => {
                 if self.tree.note_no_runtime(tgid) >= EAGER_PROBE_WINDOW {
                     self.set_python_status(tgid, PythonStatus::NotPython);
+                    self.hook_allocator(tgid, None);
                 }
             }
             Ok(Probe::NotReady) => {}
@@ -56,6 +58,7 @@ impl Session {
                 if proc::check_exists(tgid).is_ok() {
                     let reason = format!("{err:#}");
                     self.set_python_status(tgid, PythonStatus::Unsupported { reason });
+                    self.hook_allocator(tgid, None);
                 }
             }
         }

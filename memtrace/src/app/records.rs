@@ -35,6 +35,8 @@ impl Session {
             Record::Exit(exit) => self.on_exit(&exit),
             Record::Memory(memory) => self.on_memory(&memory),
             Record::Address(address) => self.on_address(&address),
+            Record::Alloc(alloc) => self.on_alloc(&alloc),
+            Record::Free(free) => self.on_free(&free),
         }
     }
 
@@ -64,6 +66,7 @@ impl Session {
         });
         self.tree.add(child, id, Role::Worker);
         self.inherit_python(child, parent_tgid);
+        self.alloc_forked(fork);
     }
 
     /// A child runs its parent's interpreter: same code objects, same layout.
@@ -95,6 +98,7 @@ impl Session {
             self.add_launched_image(tgid, ts_ns);
             return;
         }
+        self.alloc_exec(tgid, ts_ns);
         let Some(id) = self.tree.id_of(tgid) else {
             return;
         };
@@ -121,6 +125,7 @@ impl Session {
             sharing: None,
         });
         self.tree.add(tgid, id, Role::Root);
+        self.alloc_started(tgid, ts_ns);
         self.probe_python(tgid);
     }
 
@@ -134,6 +139,9 @@ impl Session {
         self.recorder
             .exit_began(id, begin.header.ts_ns, by, &begin.counters);
         self.tree.exit_began(tgid);
+        if let Some(tracker) = &mut self.allocations {
+            tracker.exit_began(tgid);
+        }
     }
 
     /// A traced process is gone; its tgid is free for a new process.
@@ -165,6 +173,7 @@ impl Session {
         self.recorder
             .process_exited(process.id, exit.header.ts_ns, Some(status), counters);
         self.forget_tgid(tgid);
+        self.alloc_exited(tgid);
     }
 
     /// A sampled memory event: its stack and, for growth, its pages.
@@ -176,7 +185,8 @@ impl Session {
         let Some(id) = self.tree.id_of(tgid) else {
             return;
         };
-        let mut stack = self.stack(record);
+        let frames = &record.frames[..(record.frame_count as usize).min(record.frames.len())];
+        let mut stack = self.stack(tgid, record.stack_status, frames, record.native_ip);
         if let Some(kind) = mapping_kind(event) {
             let name = self
                 .mappings
@@ -224,12 +234,17 @@ impl Session {
             .address(id, record.header.ts_ns, change, record.rss_bytes);
     }
 
-    /// The record's stack, outermost first: Python frames, then the native
-    /// frame; markers say why Python frames are missing.
-    fn stack(&mut self, record: &MemoryRecord) -> Vec<Frame> {
-        let tgid = record.header.tgid;
-        let status = record.stack_status;
-        let count = (record.frame_count as usize).min(record.frames.len());
+    /// A record's stack, outermost first: the Python `frames` (innermost
+    /// first, walked with `STACK_*` bits `status`), then the native frame at
+    /// `native_ip`; markers say why Python frames are missing.
+    pub(super) fn stack(
+        &mut self,
+        tgid: u32,
+        status: u32,
+        frames: &[PyFrame],
+        native_ip: u64,
+    ) -> Vec<Frame> {
+        let count = frames.len();
         let mut stack = Vec::with_capacity(count + 3);
         if status & STACK_TRUNCATED != 0 {
             stack.push(unknown("outer frames truncated"));
@@ -244,19 +259,18 @@ impl Session {
         } else if status & STACK_READ_ERROR != 0 && count == 0 {
             stack.push(unknown("Python frames unreadable"));
         }
-        let frames: &[PyFrame] = &record.frames[..count];
         for frame in frames.iter().rev() {
             stack.push(match self.resolver.resolve(tgid, frame) {
                 Ok(location) => Frame::from(location),
                 Err(_) => unknown("unresolved Python frame"),
             });
         }
-        if record.native_ip != 0 {
+        if native_ip != 0 {
             let NativeName { symbol, module } = self
                 .symbolizer
-                .symbolize(tgid, record.native_ip)
+                .symbolize(tgid, native_ip)
                 .unwrap_or_else(|| NativeName {
-                    symbol: format!("{:#x}", record.native_ip),
+                    symbol: format!("{native_ip:#x}"),
                     module: None,
                 });
             stack.push(Frame::Native { symbol, module });

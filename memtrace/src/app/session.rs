@@ -17,6 +17,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
     aggregate::{Aggregator, ExitStatus, ProcessId, ProcessStart, Role},
+    allocations::AllocationTracker,
     bpf::{Tracer, TracerOptions},
     capture::{CaptureWriter, Header, Recorder, CAPTURE_VERSION, HELD_MAP_MAX_ENTRIES},
     cli::CommonArgs,
@@ -95,6 +96,11 @@ pub(super) struct Session {
     pub(super) start_ns: u64,
     pub(super) sample_interval_bytes: u64,
     pub(super) stop_reason: Option<StopReason>,
+    /// `--allocations`: the allocator-mode aggregation.
+    pub(super) allocations: Option<AllocationTracker>,
+    /// `--allocations`: the CPython binary whose allocator API is hooked,
+    /// per process (a fork's child gets its parent's).
+    pub(super) alloc_python_binary: std::collections::HashMap<u32, std::path::PathBuf>,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
@@ -115,6 +121,7 @@ impl Session {
             sample_interval_bytes: common.sample_bytes,
             follow_forks: !common.no_follow_forks,
             wakeup_threshold_bytes: WAKEUP_THRESHOLD_BYTES,
+            allocations: common.allocations,
         };
         let mut tracer = Tracer::load(&options)?;
         tracer.attach()?;
@@ -145,6 +152,10 @@ impl Session {
             start_ns,
             sample_interval_bytes: common.sample_bytes,
             stop_reason: None,
+            allocations: common
+                .allocations
+                .then(|| AllocationTracker::new(common.sample_bytes)),
+            alloc_python_binary: std::collections::HashMap::new(),
         };
         Ok((session, reader))
     }
@@ -188,6 +199,7 @@ impl Session {
             sharing: self.sharing.read_now(tgid),
         });
         self.tree.add(tgid, id, role);
+        self.alloc_started(tgid, monotonic_ns());
         self.probe_python(tgid);
         Ok(id)
     }
@@ -325,6 +337,9 @@ impl Session {
             let sharing = &mut self.sharing;
             self.recorder
                 .periodic_counters(id, now_ns, counters, || sharing.read(tgid));
+            if let Some(tracker) = &mut self.allocations {
+                tracker.rss_anon(tgid, counters.rss_bytes[memtrace_common::MM_ANONPAGES]);
+            }
         }
         self.sweep_lost_exits(&present, now_ns);
         for (tgid, pending_for) in self.tree.pending_python() {

@@ -117,7 +117,7 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, drained: &mut Draine
             Record::Memory(memory) => drained.memory.push(*memory),
             Record::Address(_) => drained.addresses += 1,
             Record::ExitBegin(_) => drained.exit_begins += 1,
-            Record::Exec(_) => {}
+            Record::Exec(_) | Record::Alloc(_) | Record::Free(_) => {}
         }
     }
 }
@@ -146,6 +146,7 @@ fn traces_python_growth_with_stacks() {
 
 fn trace_one(python: &PathBuf) {
     let options = TracerOptions {
+        allocations: false,
         sample_interval_bytes: 512 << 10,
         follow_forks: true,
         wakeup_threshold_bytes: 256 << 10,

@@ -105,6 +105,9 @@ pub struct Diagnosed {
     /// ([`Cause`]): what the verdict shows.
     #[serde(default)]
     pub causes: Vec<Cause>,
+    /// `--allocations`: the allocator hooks' report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocations: Option<crate::allocations::AllocationsReport>,
 }
 
 impl std::ops::Deref for Diagnosed {

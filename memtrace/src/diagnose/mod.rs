@@ -199,6 +199,7 @@ pub fn diagnose(report: Report) -> Diagnosed {
         report,
         diagnosis,
         causes,
+        allocations: None,
     }
 }
 

@@ -3,8 +3,9 @@
 //! bad input.
 
 use memtrace_common::{
-    AddressOp, AddressRecord, ExecRecord, ExitBeginReason, ExitBeginRecord, ExitRecord, ForkRecord,
-    MemoryEvent, MemoryRecord, RecordHeader, RecordKind, MAX_FRAMES,
+    AddressOp, AddressRecord, AllocCall, AllocRecord, ExecRecord, ExitBeginReason, ExitBeginRecord,
+    ExitRecord, ForkRecord, FreeRecord, MemoryEvent, MemoryRecord, RecordHeader, RecordKind,
+    MAX_FRAMES,
 };
 use thiserror::Error;
 
@@ -23,6 +24,11 @@ pub enum Record {
     Memory(Box<MemoryRecord>),
     /// An exact release or move of address space.
     Address(AddressRecord),
+    /// A sampled heap allocation with its Python stack (allocator mode;
+    /// boxed: 1,088 bytes).
+    Alloc(Box<AllocRecord>),
+    /// A sampled heap block was freed (allocator mode).
+    Free(FreeRecord),
 }
 
 /// Why a record could not be decoded. The record is skipped and counted.
@@ -70,7 +76,13 @@ pub enum DecodeError {
         /// The value found.
         op: u32,
     },
-    /// A memory record claiming more frames than it can hold.
+    /// An allocation record with a call this build does not know.
+    #[error("unknown allocator call `{call}`")]
+    UnknownAllocCall {
+        /// The value found.
+        call: u32,
+    },
+    /// A memory or allocation record claiming more frames than it can hold.
     #[error("memory record claims {frame_count} frames, at most {MAX_FRAMES} fit")]
     TooManyFrames {
         /// The count found.
@@ -83,7 +95,8 @@ pub enum DecodeError {
 /// # Errors
 /// [`DecodeError`] when `bytes` is shorter than the header or than its
 /// kind's record, when the kind, memory event, exit-begin reason or address
-/// operation is unknown, or when a memory record's `frame_count` exceeds
+/// operation or allocator call is unknown, or when a memory or allocation
+/// record's `frame_count` exceeds
 /// [`MAX_FRAMES`].
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let header: RecordHeader = read(bytes).ok_or(DecodeError::ShortHeader {
@@ -99,7 +112,20 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         RecordKind::Exit => read_kind(bytes, kind).map(Record::Exit),
         RecordKind::Memory => decode_memory(bytes).map(Record::Memory),
         RecordKind::Address => decode_address(bytes).map(Record::Address),
+        RecordKind::Alloc => decode_alloc(bytes).map(Record::Alloc),
+        RecordKind::Free => read_kind(bytes, kind).map(Record::Free),
     }
+}
+
+fn decode_alloc(bytes: &[u8]) -> Result<Box<AllocRecord>, DecodeError> {
+    let record: AllocRecord = read_kind(bytes, RecordKind::Alloc)?;
+    AllocCall::try_from(record.call).map_err(|call| DecodeError::UnknownAllocCall { call })?;
+    if record.frame_count as usize > MAX_FRAMES {
+        return Err(DecodeError::TooManyFrames {
+            frame_count: record.frame_count,
+        });
+    }
+    Ok(Box::new(record))
 }
 
 fn decode_exit_begin(bytes: &[u8]) -> Result<ExitBeginRecord, DecodeError> {
@@ -271,6 +297,50 @@ mod tests {
         let mut buf = vec![0u8];
         buf.extend(bytes_of(&record));
         assert_eq!(decode(&buf[1..]), Ok(Record::Memory(Box::new(record))));
+    }
+
+    fn alloc_record(call: u32, frame_count: u32) -> AllocRecord {
+        AllocRecord {
+            header: header(RecordKind::Alloc),
+            call,
+            stack_status: 0,
+            addr: 0x7f00_0000_2000,
+            size_bytes: 417,
+            native_ip: 0x40_2000,
+            flags: 0,
+            frame_count,
+            frames: [PyFrame::default(); MAX_FRAMES],
+        }
+    }
+
+    #[test]
+    fn decodes_alloc_and_free_and_checks_them() {
+        let alloc = alloc_record(AllocCall::Realloc as u32, 3);
+        assert_eq!(
+            decode(&bytes_of(&alloc)),
+            Ok(Record::Alloc(Box::new(alloc)))
+        );
+        let unknown = alloc_record(99, 0);
+        assert_eq!(
+            decode(&bytes_of(&unknown)),
+            Err(DecodeError::UnknownAllocCall { call: 99 })
+        );
+        let too_many = alloc_record(AllocCall::Malloc as u32, MAX_FRAMES as u32 + 1);
+        assert!(matches!(
+            decode(&bytes_of(&too_many)),
+            Err(DecodeError::TooManyFrames { .. })
+        ));
+        let free = FreeRecord {
+            header: header(RecordKind::Free),
+            addr: 0x7f00_0000_2000,
+            size_bytes: 417,
+        };
+        let bytes = bytes_of(&free);
+        assert_eq!(decode(&bytes), Ok(Record::Free(free)));
+        assert!(matches!(
+            decode(&bytes[..bytes.len() - 1]),
+            Err(DecodeError::Truncated { .. })
+        ));
     }
 
     #[test]

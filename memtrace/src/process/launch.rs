@@ -48,13 +48,14 @@ pub struct HeldChild {
     spawner: JoinHandle<std::io::Result<Child>>,
 }
 
-/// Forks `argv`, returning once the child is waiting before its `execve`.
+/// Forks `argv` with the extra environment variables `envs`, returning once
+/// the child is waiting before its `execve`.
 ///
 /// # Errors
 /// [`LaunchError`] when `argv` is empty, the pipes cannot be made, or fork
 /// fails; an exec failure (no such program) is reported by
 /// [`HeldChild::release`].
-pub fn spawn_held(argv: &[OsString]) -> Result<HeldChild, LaunchError> {
+pub fn spawn_held(argv: &[OsString], envs: &[(&str, &str)]) -> Result<HeldChild, LaunchError> {
     let (program, args) = argv.split_first().ok_or(LaunchError::Empty)?;
     let command = argv
         .iter()
@@ -69,6 +70,7 @@ pub fn spawn_held(argv: &[OsString]) -> Result<HeldChild, LaunchError> {
     let (go_rx, go_tx) = std::io::pipe().map_err(pipe_err)?;
     let mut cmd = Command::new(program);
     cmd.args(args);
+    cmd.envs(envs.iter().copied());
     let pid_tx = OwnedFd::from(pid_tx);
     let go_rx = OwnedFd::from(go_rx);
     // SAFETY: the closure runs in the forked child before exec and only calls
@@ -165,7 +167,7 @@ mod tests {
             "-c".into(),
             format!("touch {}", marker.display()).into(),
         ];
-        let held = spawn_held(&argv).unwrap();
+        let held = spawn_held(&argv, &[]).unwrap();
         assert!(held.pid > 0);
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert!(!marker.exists(), "the command ran before release");
@@ -177,7 +179,7 @@ mod tests {
     #[test]
     fn missing_program_is_reported_on_release() {
         let argv: Vec<OsString> = vec!["/nonexistent/memtrace-test-program".into()];
-        let held = spawn_held(&argv).unwrap();
+        let held = spawn_held(&argv, &[]).unwrap();
         let err = held.release().unwrap_err();
         assert!(err
             .to_string()
