@@ -543,9 +543,12 @@ impl Tracer {
     pub fn program_sizes(&self) -> Result<Vec<ProgramSize>, BpfError> {
         let mut sizes = Vec::new();
         for (name, program) in self.ebpf.programs() {
-            let info = program
-                .info()
-                .map_err(|source| program_error("(info)", "query", source))?;
+            let info = match program.info() {
+                Ok(info) => info,
+                // Allocator mode's programs are loaded only with it.
+                Err(ProgramError::NotLoaded) => continue,
+                Err(source) => return Err(program_error("(info)", "query", source)),
+            };
             sizes.push(ProgramSize {
                 name: name.to_owned(),
                 verified_instructions: info.verified_instruction_count(),
