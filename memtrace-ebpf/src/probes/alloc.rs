@@ -144,6 +144,20 @@ pub fn alloc_free(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// Uprobe on pymalloc's `_PyObject_Free(ctx, ptr)` (Objects/obmalloc.c; a
+/// `.symtab` symbol): the block in the second argument. Hooked instead of
+/// `PyObject_Free`, whose every instruction must be single-stepped (see
+/// `memtrace::bpf::alloc::probe_offset`).
+#[uprobe]
+pub fn alloc_free_second(ctx: ProbeContext) -> u32 {
+    let addr = ctx.arg::<u64>(1).unwrap_or(0);
+    if addr != 0 {
+        let (tgid, _) = current_ids();
+        forget_block(tgid, addr);
+    }
+    0
+}
+
 /// The stack pointer saved in the probe's registers.
 #[inline(always)]
 fn stack_pointer(ctx: &ProbeContext) -> u64 {

@@ -20,21 +20,36 @@ use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 pub const RETURN_PROGRAM: &str = "alloc_return";
 
 /// The entry uprobe programs of `memtrace-ebpf/src/probes/alloc.rs`.
-pub const ENTRY_PROGRAMS: [&str; 6] = [
+pub const ENTRY_PROGRAMS: [&str; 7] = [
     "alloc_malloc",
     "alloc_calloc",
     "alloc_realloc",
     "alloc_aligned_alloc",
     "alloc_posix_memalign",
     "alloc_free",
+    "alloc_free_second",
 ];
 
-/// The program that needs no uretprobe (a free returns nothing to record).
-const FREE_PROGRAM: &str = "alloc_free";
+/// The programs that need no uretprobe (a free returns nothing to record).
+const FREE_PROGRAMS: [&str; 2] = ["alloc_free", "alloc_free_second"];
+
+/// pymalloc's own free, `_PyObject_Free(ctx, ptr)` (Objects/obmalloc.c), a
+/// `.symtab` symbol. `PyObject_Free` and `PyMem_Free` jump to it through
+/// `_PyObject.free` / `_PyMem.free`, and `PyMem_RawFree` to glibc `free`,
+/// with an indirect `jmp` the kernel cannot emulate, so a uprobe anywhere
+/// in them is single-stepped (about 12 us a hit here, toolchain.md) while
+/// `_PyObject_Free`'s `test; je` lets one sit on the `je`. When it is
+/// found, those three are not hooked: their blocks are freed through it or
+/// through glibc `free`. (Under `PYTHONMALLOC=debug` frees of pymalloc
+/// blocks are then not seen: the debug hooks free a different address.)
+const PYMALLOC_FREE: &str = "_PyObject_Free";
+
+/// The frees [`PYMALLOC_FREE`] stands in for.
+const PYMALLOC_FREE_CALLERS: [&str; 3] = ["PyObject_Free", "PyMem_Free", "PyMem_RawFree"];
 
 /// CPython's allocator API (Objects/obmalloc.c; exported since 3.4): symbol
 /// and entry program, by argument layout.
-pub const PYTHON_HOOKS: [(&str, &str); 12] = [
+pub const PYTHON_HOOKS: [(&str, &str); 13] = [
     ("PyObject_Malloc", "alloc_malloc"),
     ("PyObject_Calloc", "alloc_calloc"),
     ("PyObject_Realloc", "alloc_realloc"),
@@ -47,6 +62,7 @@ pub const PYTHON_HOOKS: [(&str, &str); 12] = [
     ("PyMem_RawCalloc", "alloc_calloc"),
     ("PyMem_RawRealloc", "alloc_realloc"),
     ("PyMem_RawFree", "alloc_free"),
+    (PYMALLOC_FREE, "alloc_free_second"),
 ];
 
 /// glibc's allocator (malloc/malloc.c): symbol and entry program.
@@ -168,18 +184,107 @@ fn read_offsets(
             continue;
         };
         let offset = symbol.address() - section.address() + file_offset;
-        addresses.insert(hook, (offset, symbol.address()));
+        let code = section
+            .data_range(symbol.address(), PROLOGUE_BYTES)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        addresses.insert(
+            hook,
+            (offset, probe_offset(code, arguments_of(hook, hooks))),
+        );
+    }
+    if addresses.contains_key(PYMALLOC_FREE) {
+        addresses.retain(|hook, _| !PYMALLOC_FREE_CALLERS.contains(hook));
     }
     let mut seen = HashSet::new();
     let mut offsets = HashMap::new();
     for &(hook, _) in hooks {
-        if let Some(&(offset, _)) = addresses.get(hook) {
+        if let Some(&(offset, shift)) = addresses.get(hook) {
             if seen.insert(offset) {
-                offsets.insert(hook, offset);
+                offsets.insert(hook, offset + shift);
             }
         }
     }
     Ok(offsets)
+}
+
+/// Bytes of a function's start read to place its probe.
+const PROLOGUE_BYTES: u64 = 16;
+
+/// x86-64 register numbers (ModRM encoding) of the System V argument
+/// registers the entry programs read.
+const RDX: u8 = 2;
+const RSP: u8 = 4;
+const RSI: u8 = 6;
+const RDI: u8 = 7;
+
+/// The argument registers the entry program of `hook` reads (the
+/// `ctx.arg(N)` of its program in `memtrace-ebpf/src/probes/alloc.rs`).
+fn arguments_of(hook: &str, hooks: &[(&'static str, &'static str)]) -> &'static [u8] {
+    let program = hooks
+        .iter()
+        .find(|(h, _)| *h == hook)
+        .map_or("", |(_, p)| *p);
+    match program {
+        "alloc_malloc" | "alloc_free" => &[RDI],
+        "alloc_calloc" | "alloc_realloc" => &[RDI, RSI],
+        "alloc_aligned_alloc" | "alloc_free_second" => &[RSI],
+        "alloc_posix_memalign" => &[RDI, RDX],
+        _ => &[RDI, RSI, RDX],
+    }
+}
+
+/// Where in a function (bytes from its start; `code` is its first bytes)
+/// to put its probe so the kernel emulates the probed instruction rather
+/// than single-stepping it: about 1.5 us a hit instead of about 12 us in
+/// this VM (toolchain.md). The kernel emulates relative and conditional
+/// jumps and `push reg`, among others (arch/x86/kernel/uprobes.c,
+/// `branch_setup_xol_ops`, `push_setup_xol_ops`).
+///
+/// The probe moves past leading instructions only when they are
+/// register-to-register `mov` or `test` of 64-bit registers that write
+/// none of `arguments` (the registers its program reads) and not the stack
+/// pointer, so at the probe the arguments and the return address (at the
+/// top of the stack, which the uretprobe at the same place swaps) are as
+/// at the call; it stops at the first emulated instruction. Anything else
+/// keeps the probe at the start (0): `PyObject_Malloc` (`mov %rdi,%rsi;
+/// test %rdi,%rdi; js`) gets 6, glibc `free` (`test %rdi,%rdi; je`) 3,
+/// glibc `malloc` (`push %r12`) 0.
+fn probe_offset(code: &[u8], arguments: &[u8]) -> u64 {
+    let mut at = 0;
+    while at < code.len() {
+        let rest = &code[at..];
+        if emulated(rest) {
+            return at as u64;
+        }
+        match rest {
+            // REX.W 89 /r (mov r/m64, r64) or 85 /r (test r/m64, r64),
+            // register form (ModRM mod = 11).
+            [0x48, opcode @ (0x89 | 0x85), modrm, ..] if modrm >> 6 == 0b11 => {
+                let written = modrm & 0b111;
+                if *opcode == 0x89 && (written == RSP || arguments.contains(&written)) {
+                    return 0;
+                }
+                at += 3;
+            }
+            _ => return 0,
+        }
+    }
+    0
+}
+
+/// Whether the instruction at the start of `code` is one the kernel's
+/// uprobes emulate (of those, the ones found at the start of allocator
+/// functions): `jcc rel8` (70-7f), `jcc rel32` (0f 80-8f), `jmp rel` (e9,
+/// eb), `push r64` (50-57, 41 50-57).
+fn emulated(code: &[u8]) -> bool {
+    matches!(
+        code,
+        [0x70..=0x7f | 0xe9 | 0xeb | 0x50..=0x57, ..]
+            | [0x0f, 0x80..=0x8f, ..]
+            | [0x41, 0x50..=0x57, ..]
+    )
 }
 
 /// One attached probe: its program and link.
@@ -242,7 +347,7 @@ pub fn attach_binary(
             continue;
         };
         let program = match phase {
-            Phase::Returns if program == FREE_PROGRAM => continue,
+            Phase::Returns if FREE_PROGRAMS.contains(&program) => continue,
             Phase::Returns => RETURN_PROGRAM,
             Phase::Entries => program,
         };
@@ -319,6 +424,42 @@ mod tests {
         sorted.sort_unstable();
         let median = sorted[2048] as f64 / mean as f64;
         assert!((median - std::f64::consts::LN_2).abs() < 0.01, "{median}");
+    }
+
+    /// Prologues as pyenv's CPython 3.11 and Debian's glibc 2.36 begin
+    /// (`gdb -batch -ex 'disassemble PyObject_Malloc' libpython3.11.so`).
+    #[test]
+    fn probes_sit_on_the_first_emulated_instruction_with_arguments_intact() {
+        // PyObject_Malloc: mov %rdi,%rsi; test %rdi,%rdi; js.
+        let object_malloc = [0x48, 0x89, 0xfe, 0x48, 0x85, 0xff, 0x78, 0x10];
+        assert_eq!(probe_offset(&object_malloc, &[RDI]), 6);
+        // PyObject_Realloc: mov %rsi,%rdx; test %rsi,%rsi; js.
+        let object_realloc = [0x48, 0x89, 0xf2, 0x48, 0x85, 0xf6, 0x78, 0x18];
+        assert_eq!(probe_offset(&object_realloc, &[RDI, RSI]), 6);
+        // _PyObject_Free: test %rsi,%rsi; je.
+        assert_eq!(probe_offset(&[0x48, 0x85, 0xf6, 0x74, 0x7b], &[RSI]), 3);
+        // glibc free: test %rdi,%rdi; je rel32.
+        let free = [0x48, 0x85, 0xff, 0x0f, 0x84, 0xbf, 0, 0, 0];
+        assert_eq!(probe_offset(&free, &[RDI]), 3);
+        // glibc malloc: push %r12 is emulated where it is.
+        assert_eq!(probe_offset(&[0x41, 0x54, 0x55, 0x53], &[RDI]), 0);
+        // PyObject_Free: mov %rdi,%rsi; mov 0x..(%rip),%rdi; jmp *..: no
+        // emulated instruction before the argument is overwritten.
+        let object_free = [0x48, 0x89, 0xfe, 0x48, 0x8b, 0x3d, 1, 2, 3, 4, 0xff, 0x25];
+        assert_eq!(probe_offset(&object_free, &[RDI]), 0);
+    }
+
+    #[test]
+    fn a_probe_never_moves_past_a_write_to_an_argument_or_the_stack_pointer() {
+        // mov %rdi,%rsi; js: the program reads %rsi.
+        assert_eq!(probe_offset(&[0x48, 0x89, 0xfe, 0x78, 0x10], &[RSI]), 0);
+        // mov %rdi,%rsp; js.
+        assert_eq!(probe_offset(&[0x48, 0x89, 0xfc, 0x78, 0x10], &[RDI]), 0);
+        // A memory operand (mod != 11) is not followed.
+        assert_eq!(probe_offset(&[0x48, 0x89, 0x3e, 0x78, 0x10], &[RDI]), 0);
+        // Code cut short.
+        assert_eq!(probe_offset(&[0x48, 0x85], &[RDI]), 0);
+        assert_eq!(probe_offset(&[], &[RDI]), 0);
     }
 
     #[test]
