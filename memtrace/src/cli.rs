@@ -239,8 +239,9 @@ pub struct CommonArgs {
     /// PyObject_/PyMem_ API and libc malloc/calloc/realloc/free, with
     /// uprobes for that process only): per path, bytes allocated, freed,
     /// leaked, live at the high-water mark, and temporary, sampled by bytes
-    /// with --sample-bytes as the mean. Costs about a microsecond or more
-    /// per allocator call: for short windows.
+    /// with --sample-bytes as the mean. Costs about 3 us per allocator
+    /// call with its free (allocation-heavy code runs many times slower):
+    /// for short windows, or one worker of a service.
     #[arg(long)]
     pub allocations: bool,
     /// With --allocations: which bytes weigh the allocation folded stacks

@@ -33,6 +33,13 @@ use crate::{
     symbolize::NativeSymbolizer,
 };
 
+/// What `--allocations` costs the traced processes, said when it starts:
+/// `cargo xtask bench --peers` measured about 3 us added per allocator call
+/// with its free on the 2-core VM (README, "Allocator mode").
+const ALLOCATOR_MODE_COST: &str = "allocator mode: every allocator call of the traced processes \
+     now enters the kernel (about 3 us each, with its free; allocation-heavy code runs many \
+     times slower): keep the window short, or trace one worker, not the whole service";
+
 /// How often the kernel's per-process counters are read (the recorder keeps
 /// about one read per process per second for the RSS timeline, with PSS and
 /// USS), new processes probed for CPython, and progress shown.
@@ -157,6 +164,9 @@ impl Session {
                 .then(|| AllocationTracker::new(common.sample_bytes)),
             alloc_python_binary: std::collections::HashMap::new(),
         };
+        if common.allocations {
+            eprintln!("memtrace: {ALLOCATOR_MODE_COST}");
+        }
         Ok((session, reader))
     }
 
