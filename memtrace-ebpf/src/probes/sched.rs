@@ -23,8 +23,9 @@ use crate::{
     counters::{clear_bits, current_ids, set_bits, traced},
     kernel,
     maps::{
-        FOLLOW_FORKS, PROCESSES, PY_PROCESSES, SIGNAL_LIVE_OFFSET, TASK_EXIT_CODE_OFFSET,
-        TASK_PID_OFFSET, TASK_SIGNAL_OFFSET, TASK_START_BOOTTIME_OFFSET, TASK_TGID_OFFSET,
+        ALLOC_THREADS, FOLLOW_FORKS, PROCESSES, PY_PROCESSES, SIGNAL_LIVE_OFFSET,
+        TASK_EXIT_CODE_OFFSET, TASK_PID_OFFSET, TASK_SIGNAL_OFFSET, TASK_START_BOOTTIME_OFFSET,
+        TASK_TGID_OFFSET,
     },
     sample::{emit, header},
 };
@@ -135,6 +136,9 @@ fn try_sched_process_exec() {
         };
     }
     let _ = PY_PROCESSES.remove(tgid);
+    // Allocator mode: the old image's call in progress (its return never
+    // comes) must not leave the new image's thread counted as nested.
+    let _ = ALLOC_THREADS.remove(tgid);
 }
 
 /// Tracepoints `syscalls/sys_enter_execve` and `sys_enter_execveat` (no

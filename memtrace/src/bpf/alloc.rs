@@ -39,17 +39,22 @@ const FREE_PROGRAMS: [&str; 2] = ["alloc_free", "alloc_free_second"];
 /// with an indirect `jmp` the kernel cannot emulate, so a uprobe anywhere
 /// in them is single-stepped (about 12 us a hit here, toolchain.md) while
 /// `_PyObject_Free`'s `test; je` lets one sit on the `je`. When it is
-/// found, those three are not hooked: their blocks are freed through it or
-/// through glibc `free`. (Under `PYTHONMALLOC=debug` frees of pymalloc
-/// blocks are then not seen: the debug hooks free a different address.)
+/// found, the first two are not hooked: their blocks are freed through it
+/// (or, for large blocks, through [`RAW_FREE`]).
 const PYMALLOC_FREE: &str = "_PyObject_Free";
 
 /// The frees [`PYMALLOC_FREE`] stands in for.
-const PYMALLOC_FREE_CALLERS: [&str; 3] = ["PyObject_Free", "PyMem_Free", "PyMem_RawFree"];
+const PYMALLOC_FREE_CALLERS: [&str; 2] = ["PyObject_Free", "PyMem_Free"];
+
+/// The raw allocator's free, `_PyMem_RawFree(ctx, ptr)` (`mov %rsi,%rdi;
+/// jmp free`: its probe sits on the `jmp`). Stands in for `PyMem_RawFree`
+/// (an indirect `jmp` to it), so raw blocks are seen freed even when glibc
+/// `free` is not hooked (another malloc preloaded, no glibc mapped).
+const RAW_FREE: &str = "_PyMem_RawFree";
 
 /// CPython's allocator API (Objects/obmalloc.c; exported since 3.4): symbol
 /// and entry program, by argument layout.
-pub const PYTHON_HOOKS: [(&str, &str); 13] = [
+pub const PYTHON_HOOKS: [(&str, &str); 16] = [
     ("PyObject_Malloc", "alloc_malloc"),
     ("PyObject_Calloc", "alloc_calloc"),
     ("PyObject_Realloc", "alloc_realloc"),
@@ -63,6 +68,13 @@ pub const PYTHON_HOOKS: [(&str, &str); 13] = [
     ("PyMem_RawRealloc", "alloc_realloc"),
     ("PyMem_RawFree", "alloc_free"),
     (PYMALLOC_FREE, "alloc_free_second"),
+    (RAW_FREE, "alloc_free_second"),
+    // The debug hooks (PYTHONMALLOC=debug, -X dev) free the address the
+    // caller got; their own allocator is given another (Objects/obmalloc.c,
+    // `_PyMem_DebugRawFree`; inlined into `_PyMem_DebugFree` in 3.9, 3.12,
+    // 3.13). Never called without the debug hooks.
+    ("_PyMem_DebugRawFree", "alloc_free_second"),
+    ("_PyMem_DebugFree", "alloc_free_second"),
 ];
 
 /// glibc's allocator (malloc/malloc.c): symbol and entry program.
@@ -196,6 +208,9 @@ fn read_offsets(
     }
     if addresses.contains_key(PYMALLOC_FREE) {
         addresses.retain(|hook, _| !PYMALLOC_FREE_CALLERS.contains(hook));
+    }
+    if addresses.contains_key(RAW_FREE) {
+        addresses.remove("PyMem_RawFree");
     }
     let mut seen = HashSet::new();
     let mut offsets = HashMap::new();
@@ -386,8 +401,10 @@ fn attach_one(
 
 /// Detaches `links` (a process exited, or attaching failed halfway); a link
 /// the kernel already dropped is ignored.
+/// Entry probes go first (the reverse of attaching): a call entered while
+/// only its return probe is gone would leave its thread counted as nested.
 pub fn detach(ebpf: &mut aya::Ebpf, links: Vec<AllocLink>) {
-    for AllocLink { program, link } in links {
+    for AllocLink { program, link } in links.into_iter().rev() {
         let uprobe: Option<&mut UProbe> = ebpf.program_mut(program).and_then(|p| p.try_into().ok());
         if let Some(uprobe) = uprobe {
             let _ = uprobe.detach(link);
@@ -441,6 +458,11 @@ mod tests {
         // glibc free: test %rdi,%rdi; je rel32.
         let free = [0x48, 0x85, 0xff, 0x0f, 0x84, 0xbf, 0, 0, 0];
         assert_eq!(probe_offset(&free, &[RDI]), 3);
+        // _PyMem_RawFree: mov %rsi,%rdi; jmp free (the block is in %rsi).
+        assert_eq!(
+            probe_offset(&[0x48, 0x89, 0xf7, 0xe9, 1, 2, 3, 4], &[RSI]),
+            3
+        );
         // glibc malloc: push %r12 is emulated where it is.
         assert_eq!(probe_offset(&[0x41, 0x54, 0x55, 0x53], &[RDI]), 0);
         // PyObject_Free: mov %rdi,%rsi; mov 0x..(%rip),%rdi; jmp *..: no
