@@ -133,14 +133,11 @@ pub fn alloc_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Uprobe on `free(ptr)`, `PyObject_Free`, `PyMem_Free`, `PyMem_RawFree`.
+/// Uprobe on `free(ptr)`, and on `PyObject_Free`, `PyMem_Free`,
+/// `PyMem_RawFree` where pymalloc's own frees are not found.
 #[uprobe]
 pub fn alloc_free(ctx: ProbeContext) -> u32 {
-    let addr = ctx.arg::<u64>(0).unwrap_or(0);
-    if addr != 0 {
-        let (tgid, _) = current_ids();
-        forget_block(tgid, addr);
-    }
+    free(ctx.arg::<u64>(0).unwrap_or(0));
     0
 }
 
@@ -150,12 +147,17 @@ pub fn alloc_free(ctx: ProbeContext) -> u32 {
 /// `memtrace::bpf::alloc::probe_offset`).
 #[uprobe]
 pub fn alloc_free_second(ctx: ProbeContext) -> u32 {
-    let addr = ctx.arg::<u64>(1).unwrap_or(0);
+    free(ctx.arg::<u64>(1).unwrap_or(0));
+    0
+}
+
+/// A free of block `addr` (0: nothing) by the current process.
+#[inline(always)]
+fn free(addr: u64) {
     if addr != 0 {
         let (tgid, _) = current_ids();
         forget_block(tgid, addr);
     }
-    0
 }
 
 /// The stack pointer saved in the probe's registers.

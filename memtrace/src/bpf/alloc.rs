@@ -183,7 +183,7 @@ fn read_offsets(
         let (Ok(name), Some(index)) = (symbol.name(), symbol.section_index()) else {
             continue;
         };
-        let Some(&(hook, _)) = hooks.iter().find(|(hook, _)| *hook == name) else {
+        let Some(&(hook, program)) = hooks.iter().find(|(hook, _)| *hook == name) else {
             continue;
         };
         if addresses.contains_key(hook) {
@@ -201,10 +201,7 @@ fn read_offsets(
             .ok()
             .flatten()
             .unwrap_or_default();
-        addresses.insert(
-            hook,
-            (offset, probe_offset(code, arguments_of(hook, hooks))),
-        );
+        addresses.insert(hook, (offset, probe_offset(code, arguments_of(program))));
     }
     if addresses.contains_key(PYMALLOC_FREE) {
         addresses.retain(|hook, _| !PYMALLOC_FREE_CALLERS.contains(hook));
@@ -234,13 +231,9 @@ const RSP: u8 = 4;
 const RSI: u8 = 6;
 const RDI: u8 = 7;
 
-/// The argument registers the entry program of `hook` reads (the
-/// `ctx.arg(N)` of its program in `memtrace-ebpf/src/probes/alloc.rs`).
-fn arguments_of(hook: &str, hooks: &[(&'static str, &'static str)]) -> &'static [u8] {
-    let program = hooks
-        .iter()
-        .find(|(h, _)| *h == hook)
-        .map_or("", |(_, p)| *p);
+/// The argument registers entry program `program` reads (its `ctx.arg(N)`
+/// in `memtrace-ebpf/src/probes/alloc.rs`).
+fn arguments_of(program: &str) -> &'static [u8] {
     match program {
         "alloc_malloc" | "alloc_free" => &[RDI],
         "alloc_calloc" | "alloc_realloc" => &[RDI, RSI],

@@ -42,6 +42,39 @@ fn run_with_workers_leaking_at(rates: &[(u32, u64)]) -> (Run, ProcessId) {
     (run, master)
 }
 
+/// Worker 204 of `master`: it served few of the leaking requests, +6 MiB
+/// by 2.5 s, all held by `remember`, under the 8 MiB a finding needs.
+fn small_retainer(run: &mut Run, master: ProcessId) -> ProcessId {
+    let small = run.fork(204, master, S / 10, 12);
+    run.readings(
+        small,
+        S / 2,
+        &[(12, 0), (14, 20_000), (16, 40_000), (18, 60_000)],
+    );
+    run.flat(small, 2 * S + S / 2, 9 * S, at(18, 60_050));
+    for second in 0..3 {
+        run.grow(small, "remember", S / 2 + second * S / 2, 2);
+    }
+    small
+}
+
+/// Worker 203 of `master`: it retains 18 MiB, a little through `remember`,
+/// most through three other functions, so its own finding names no
+/// `remember` path.
+fn retainer_through_other_functions(run: &mut Run, master: ProcessId) -> ProcessId {
+    let other = run.fork(203, master, S / 10, 12);
+    run.readings(
+        other,
+        S / 2,
+        &[(12, 0), (18, 20_000), (24, 40_000), (30, 60_000)],
+    );
+    run.flat(other, 2 * S + S / 2, 9 * S, at(30, 60_050));
+    for (function, mib) in [("parse", 6), ("render", 5), ("encode", 5), ("remember", 2)] {
+        run.grow(other, function, S, mib);
+    }
+    other
+}
+
 #[test]
 fn a_leak_every_worker_repeats_is_one_cause() {
     let report = diagnose(leaking_workers());
@@ -188,18 +221,7 @@ fn a_pattern_of_some_of_a_causes_workers_names_them() {
 #[test]
 fn a_worker_that_retained_too_little_for_a_finding_joins_its_siblings_cause() {
     let (mut run, master) = run_with_workers_leaking_at(&[(201, 24), (202, 20), (203, 16)]);
-    // tgid 204 served few of the leaking requests: +6 MiB, under the 8 MiB
-    // a finding needs, all of it held by `remember`.
-    let small = run.fork(204, master, S / 10, 12);
-    run.readings(
-        small,
-        S / 2,
-        &[(12, 0), (14, 20_000), (16, 40_000), (18, 60_000)],
-    );
-    run.flat(small, 2 * S + S / 2, 9 * S, at(18, 60_050));
-    for second in 0..3 {
-        run.grow(small, "remember", S / 2 + second * S / 2, 2);
-    }
+    let small = small_retainer(&mut run, master);
     let report = diagnose(run.finish(9 * S));
     assert!(
         report
@@ -224,18 +246,7 @@ fn a_worker_that_retained_too_little_for_a_finding_joins_its_siblings_cause() {
 #[test]
 fn a_weak_retention_in_workers_already_in_a_cause_joins_it() {
     let (mut run, master) = run_with_workers_leaking_at(&[(201, 24), (202, 20)]);
-    // tgid 203 retains 18 MiB: a little through `remember`, most through
-    // three other functions, so its own finding names no `remember` path.
-    let other = run.fork(203, master, S / 10, 12);
-    run.readings(
-        other,
-        S / 2,
-        &[(12, 0), (18, 20_000), (24, 40_000), (30, 60_000)],
-    );
-    run.flat(other, 2 * S + S / 2, 9 * S, at(30, 60_050));
-    for (function, mib) in [("parse", 6), ("render", 5), ("encode", 5), ("remember", 2)] {
-        run.grow(other, function, S, mib);
-    }
+    retainer_through_other_functions(&mut run, master);
     let report = diagnose(run.finish(9 * S));
     let retention = of(&report.diagnosis, Pattern::Retention);
     assert_eq!(retention.len(), 3, "{:#?}", report.diagnosis);
@@ -253,26 +264,8 @@ fn a_sibling_that_joined_a_cause_stays_when_another_cause_folds_into_it() {
     // its own that folds into the first. tgid 204 retains +6 MiB through
     // `remember`, too little for a finding: a sibling the first cause takes
     // in before the fold, which must not drop it.
-    let other = run.fork(203, master, S / 10, 12);
-    run.readings(
-        other,
-        S / 2,
-        &[(12, 0), (18, 20_000), (24, 40_000), (30, 60_000)],
-    );
-    run.flat(other, 2 * S + S / 2, 9 * S, at(30, 60_050));
-    for (function, mib) in [("parse", 6), ("render", 5), ("encode", 5), ("remember", 2)] {
-        run.grow(other, function, S, mib);
-    }
-    let small = run.fork(204, master, S / 10, 12);
-    run.readings(
-        small,
-        S / 2,
-        &[(12, 0), (14, 20_000), (16, 40_000), (18, 60_000)],
-    );
-    run.flat(small, 2 * S + S / 2, 9 * S, at(18, 60_050));
-    for second in 0..3 {
-        run.grow(small, "remember", S / 2 + second * S / 2, 2);
-    }
+    retainer_through_other_functions(&mut run, master);
+    small_retainer(&mut run, master);
     let report = diagnose(run.finish(9 * S));
     assert_eq!(report.causes.len(), 1, "{:#?}", verdict::lines(&report));
     let cause = &report.causes[0];
