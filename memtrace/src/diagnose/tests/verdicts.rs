@@ -3,6 +3,14 @@
 //! repeats, weak causes kept apart, and a golden file of every pattern's
 //! verdict (`tests/data/verdicts.txt`; `MEMTRACE_BLESS=1` rewrites it).
 
+use super::processes::one_leaking_worker;
+use super::retention::cache_held_after_traffic;
+use super::transient::reads_a_mapped_file;
+use super::transient::released_spike;
+use super::transient::reused_buffer;
+use super::workers::large_workers;
+use super::workers::prefork_readers;
+use super::workers::prefork_with_shared_table;
 use super::*;
 use crate::report::golden::check_golden;
 use crate::report::verdict::{self, MAX_VERDICT_LINES};

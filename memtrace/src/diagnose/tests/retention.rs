@@ -1,0 +1,108 @@
+//! Diagnosis tests on retention: memory held after traffic, growth while
+//! idle, and growth with no idle period to tell.
+
+use super::*;
+
+/// Process 500 serves traffic from 0 to 5 s, growing its cache in
+/// `remember` by 24 MiB per second, then idles until 9 s holding it.
+pub(super) fn cache_held_after_traffic() -> Report {
+    let mut run = Run::new();
+    let id = run.root(500, 0, 12);
+    let busy: Vec<(u64, u64)> = (0..=10).map(|i| (12 + 12 * i, 40_000 * i)).collect();
+    run.readings(id, 0, &busy);
+    run.flat(id, 5 * S + S / 2, 9 * S, at(132, 400_050));
+    for second in 0..5 {
+        run.grow(id, "remember", second * S + S / 2, 24);
+    }
+    run.grow(id, "<module>", S / 10, 2);
+    run.finish(9 * S)
+}
+
+#[test]
+fn retention_after_traffic_names_the_steady_path() {
+    let report = cache_held_after_traffic();
+    let findings = findings(&report);
+    let first = &findings[0];
+    assert_eq!(first.pattern, Pattern::Retention, "{findings:#?}");
+    assert_eq!(first.scope, scope(&report, report.processes[0].id));
+    assert_eq!(first.strength, Strength::Strong, "{first:#?}");
+    assert!(runs_through(&report, first.paths[0], "remember"));
+    assert!(
+        first
+            .summary
+            .starts_with("tgid 500 retains +120.0 MiB of RSS after its activity dropped"),
+        "{}",
+        first.summary
+    );
+    assert!(
+        first
+            .summary
+            .ends_with("held by remember (120.0 MiB at the end)"),
+        "{}",
+        first.summary
+    );
+    assert!(
+        first
+            .evidence
+            .iter()
+            .any(|e| e.contains("held bytes kept rising (unbounded-cache signature)")),
+        "{:#?}",
+        first.evidence
+    );
+    assert!(first.next_step.contains("bound that cache"));
+    assert!(of(&findings, Pattern::Spike).is_empty());
+}
+
+#[test]
+fn growth_while_idle_is_retention() {
+    let mut run = Run::new();
+    let id = run.root(600, 0, 20);
+    // Busy without growth for 2 s (50k events/s), then idle while a
+    // background refresh adds 8 MiB per second (2k events/s).
+    run.readings(
+        id,
+        0,
+        &[
+            (20, 0),
+            (20, 25_000),
+            (20, 50_000),
+            (20, 75_000),
+            (20, 100_000),
+        ],
+    );
+    let idle: Vec<(u64, u64)> = (1..=12)
+        .map(|i| (20 + 4 * i, 100_000 + 1_000 * i))
+        .collect();
+    run.readings(id, 2 * S + S / 2, &idle);
+    for second in 2..8 {
+        run.grow(id, "refresh", second * S + S / 2, 8);
+    }
+    let report = run.finish(9 * S);
+    let findings = findings(&report);
+    let first = &findings[0];
+    assert_eq!(first.pattern, Pattern::Retention, "{findings:#?}");
+    assert_eq!(first.strength, Strength::Strong, "{first:#?}");
+    assert!(
+        first.summary.contains("kept growing while idle"),
+        "{}",
+        first.summary
+    );
+    assert!(runs_through(&report, first.paths[0], "refresh"));
+}
+
+#[test]
+fn growth_without_an_idle_period_is_weak_retention() {
+    let mut run = Run::new();
+    let id = run.root(700, 0, 12);
+    let busy: Vec<(u64, u64)> = (0..=12).map(|i| (12 + 10 * i, 30_000 * i)).collect();
+    run.readings(id, 0, &busy);
+    for second in 0..6 {
+        run.grow(id, "remember", second * S + S / 2, 20);
+    }
+    let findings = findings(&run.finish(6 * S));
+    let retention = of(&findings, Pattern::Retention);
+    assert_eq!(retention.len(), 1, "{findings:#?}");
+    assert_eq!(retention[0].strength, Strength::Weak);
+    let last = retention[0].evidence.last().unwrap();
+    assert!(last.contains("activity never dropped"), "{last}");
+}
