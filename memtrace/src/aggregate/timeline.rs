@@ -114,8 +114,15 @@ impl Default for Timeline {
 }
 
 impl Timeline {
-    /// Adds one reading.
-    pub(crate) fn push(&mut self, point: RssPoint) {
+    /// Adds one reading. Readings come from records (a fork, the start of
+    /// an exit, an execve: stamped in the kernel) and from periodic reads
+    /// (stamped when userspace reads), so one can arrive after a later one
+    /// by as much as the ring buffer lags; it is placed at the latest
+    /// reading's time, which keeps the timeline in time order.
+    pub(crate) fn push(&mut self, mut point: RssPoint) {
+        if let Some(last) = self.last {
+            point.t_ns = point.t_ns.max(last.t_ns);
+        }
         self.last = Some(point);
         let bucket = self.pending.map_or(point, |kept| higher(kept, point));
         self.pending_readings += 1;
@@ -208,6 +215,24 @@ mod tests {
         assert!(points.contains(&point(4_321, 9_999)));
         assert!(points.windows(2).all(|w| w[0].t_ns < w[1].t_ns));
         assert_eq!(points.last(), Some(&point(readings - 1, 100)));
+    }
+
+    #[test]
+    fn a_reading_that_arrives_late_keeps_the_timeline_in_time_order() {
+        let mut timeline = Timeline::default();
+        timeline.push(point(100, 10));
+        timeline.push(point(300, 20));
+        // Stamped before the reading it arrives after.
+        timeline.push(point(250, 30));
+        timeline.push(point(400, 40));
+        let points = timeline.into_points();
+        assert_eq!(
+            points
+                .iter()
+                .map(|p| (p.t_ns, p.rss_bytes))
+                .collect::<Vec<_>>(),
+            [(100, 10), (300, 20), (300, 30), (400, 40)]
+        );
     }
 
     #[test]
