@@ -117,7 +117,53 @@ fn kept_objects_are_leaked_and_churn_is_temporary() {
     let process = trace.alloc_process(tgid);
     assert_eq!(process["hook"]["status"], "hooked", "{process}");
     assert_eq!(process["inlined_allocator_suspected"], false);
+    assert!(process["fragmentation"].is_null(), "{process}");
     assert!(trace.stdout().contains("allocations before +"));
+    assert!(!trace.stdout().contains("the allocator holds freed memory"));
+}
+
+/// Allowed relative difference between the report's anonymous RSS at the
+/// end (the kernel's `rss_stat` counter, read when the process's exit
+/// began) and the `RssAnon` the workload read from /proc/self/status (the
+/// same counter) about 1.5 s before, while it only slept.
+const RSS_TOLERANCE: f64 = 0.05;
+
+#[test]
+fn survivors_pinning_pymalloc_arenas_are_fragmentation_not_a_leak() {
+    let python = require_ebpf!(python_3_11());
+    let args = ["--mib", "200", "--keep-every", "32", "--hold", "1.5"];
+    let trace = trace_allocations(&python, &[], "alloc_fragment.py", &args);
+    let thinned = trace.workload_event("thinned");
+    let tgid = thinned["pid"].as_u64().unwrap();
+    let process = trace.alloc_process(tgid);
+    let note = &process["fragmentation"];
+    assert_eq!(note["allocator"], "pymalloc_arenas", "{process}");
+    let rss_anon = thinned["rss_anon_bytes"].as_f64().unwrap();
+    let rss_end = note["rss_anon_end_bytes"].as_f64().unwrap();
+    let off = (rss_end - rss_anon).abs() / rss_anon;
+    assert!(
+        off <= RSS_TOLERANCE,
+        "RSS at the end {rss_end:.0} vs RssAnon {rss_anon:.0} ({:.1}% off)",
+        off * 100.0
+    );
+    assert_eq!(process["rss_anon_end_bytes"], note["rss_anon_end_bytes"]);
+    let live = note["live_bytes"].as_u64().unwrap();
+    assert_eq!(process["leaked_bytes"].as_u64(), Some(live));
+    assert!(
+        (live as f64) < 0.1 * rss_anon,
+        "live {live} bytes is not far below RssAnon {rss_anon:.0}"
+    );
+    let retained = note["rss_anon_retained_bytes"].as_u64().unwrap();
+    assert_eq!(note["held_free_bytes"].as_u64(), Some(retained - live));
+    // The objects were live once: the high-water mark saw them.
+    let built = thinned["built_bytes"].as_f64().unwrap();
+    let peak = trace.function_bytes(tgid, "build_and_thin", "peak_bytes");
+    assert!(peak >= 0.85 * built, "peak {peak:.0} of {built:.0} built");
+    assert!(
+        trace.stdout().contains("pymalloc arenas pinned"),
+        "{}",
+        trace.stdout()
+    );
 }
 
 #[test]
@@ -164,6 +210,12 @@ fn a_forked_child_owns_its_allocations() {
     assert!(
         (start_ns / 10_000_000).abs_diff(ticks) <= 1,
         "start {start_ns} ns vs {ticks} ticks"
+    );
+    // Both ended: the kernel's live set keeps no block of either.
+    assert_eq!(
+        trace.report["allocations"]["kernel"]["live_set_blocks"], 0,
+        "{}",
+        trace.report["allocations"]["kernel"]
     );
 }
 

@@ -2,14 +2,24 @@
 //! its allocator probes once its binaries are known (CPython probing found
 //! its interpreter or found none; a fork's child at once), the gap from its
 //! start to its probes is kept, and sampled allocation and free records go
-//! to the `allocations` aggregation.
+//! to the `allocations` aggregation; at the end, its files are written
+//! beside the report's.
 
+use std::io::{self, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
-use memtrace_common::{AllocRecord, ForkRecord, FreeRecord, ALLOC_UNTRACKED};
+use anyhow::Context as _;
+
+use memtrace_common::{AllocRecord, ForkRecord, FreeRecord, ALLOC_PYTHON_API, ALLOC_UNTRACKED};
 
 use super::session::{monotonic_ns, Session};
-use crate::allocations::{AllocationsReport, KernelAllocStats};
+use crate::aggregate::RunMeta;
+use crate::allocations::{
+    AllocWeight, AllocationsReport, KernelAllocStats, ProfileRun, SampledBlock,
+};
+use crate::cli::{AllocWeightArg, CommonArgs};
+use crate::output_file;
+use crate::report::Format;
 
 impl Session {
     /// A traced process (image) entered the trace at monotonic `ts_ns`.
@@ -47,15 +57,16 @@ impl Session {
         self.alloc_started(tgid, ts_ns);
     }
 
-    /// A traced process is gone: its probes are detached and its blocks
-    /// leave the kernel's live set.
+    /// A traced process is gone (its exit record, or it was found missing
+    /// when its exit record was lost): its probes are detached and all its
+    /// blocks leave the kernel's live set.
     pub(super) fn alloc_exited(&mut self, tgid: u32) {
         let Some(tracker) = &mut self.allocations else {
             return;
         };
-        let addrs = tracker.process_ended(tgid);
+        tracker.process_ended(tgid);
         self.alloc_python_binary.remove(&tgid);
-        self.tracer.detach_allocator(tgid, &addrs);
+        self.tracer.detach_allocator(tgid);
     }
 
     /// Attaches the allocator probes of `tgid` (CPython's in
@@ -65,9 +76,9 @@ impl Session {
         let Some(tracker) = &mut self.allocations else {
             return;
         };
-        if !tracker.pending(tgid) {
+        let Some(start_time_ns) = tracker.pending_start(tgid) else {
             return;
-        }
+        };
         let libc = mapped_libc(tgid);
         if python_binary.is_none() && libc.is_none() {
             let reason = "it maps no CPython allocator and no glibc libc.so".to_owned();
@@ -75,13 +86,15 @@ impl Session {
             tracker.not_hooked(tgid, reason);
             return;
         }
-        match self
-            .tracer
-            .attach_allocator(tgid, python_binary.as_deref(), libc.as_deref())
-        {
+        match self.tracer.attach_allocator(
+            tgid,
+            start_time_ns,
+            python_binary.as_deref(),
+            libc.as_deref(),
+        ) {
             Ok(binaries) => {
                 let names = binaries.iter().map(|p| file_name(p)).collect();
-                tracker.hooked(tgid, names, monotonic_ns());
+                tracker.hooked(tgid, names, monotonic_ns(), uses_pymalloc(tgid));
                 if let Some(binary) = python_binary {
                     self.alloc_python_binary.insert(tgid, binary);
                 }
@@ -109,15 +122,15 @@ impl Session {
         );
         let stack = stack.iter().map(ToString::to_string).collect();
         if let Some(tracker) = &mut self.allocations {
-            let untracked = record.flags & ALLOC_UNTRACKED != 0;
-            tracker.alloc(
-                tgid,
-                record.header.ts_ns,
-                record.addr,
-                record.size_bytes,
-                stack,
-                untracked,
-            );
+            let block = SampledBlock {
+                ts_ns: record.header.ts_ns,
+                tid: record.header.tid,
+                addr: record.addr,
+                size_bytes: record.size_bytes,
+                untracked: record.flags & ALLOC_UNTRACKED != 0,
+                python_api: record.flags & ALLOC_PYTHON_API != 0,
+            };
+            tracker.alloc(tgid, block, stack);
         }
     }
 
@@ -132,11 +145,85 @@ impl Session {
     pub(super) fn allocations_report(&self) -> Option<AllocationsReport> {
         let tracker = self.allocations.as_ref()?;
         let stats = self.tracer.alloc_stats().unwrap_or_default();
+        let live_blocks = self.tracer.alloc_live_blocks().unwrap_or_default();
         Some(tracker.report(KernelAllocStats {
             calls: stats.calls,
             live_full: stats.live_full,
+            live_set_blocks: live_blocks.values().sum(),
         }))
     }
+}
+
+/// Writes allocator mode's files beside the folded stacks file `folded`,
+/// weighed by `--alloc-weight`: `<stem>.allocations.folded` always, and
+/// `<stem>.allocations.svg`, `.allocations.speedscope.json`,
+/// `.allocations.pb.gz` for each of `--format flamegraph`, `speedscope`,
+/// `pprof`. A file that cannot be written is a warning.
+pub(super) fn write_allocation_files(
+    allocations: &AllocationsReport,
+    meta: &RunMeta,
+    common: &CommonArgs,
+    folded: &Path,
+) {
+    let weight = match common.alloc_weight {
+        AllocWeightArg::Allocated => AllocWeight::Allocated,
+        AllocWeightArg::Leaked => AllocWeight::Leaked,
+        AllocWeightArg::Peak => AllocWeight::Peak,
+    };
+    let run = ProfileRun {
+        command: &meta.command,
+        duration_ns: meta.duration_ns,
+        inverted: common.render.inverted,
+    };
+    let mut formats = vec![Format::Folded];
+    for format in common.format.iter().map(|&arg| Format::from(arg)) {
+        if !formats.contains(&format) {
+            formats.push(format);
+        }
+    }
+    for format in formats {
+        let render = |out: &mut dyn io::Write| match format {
+            Format::Folded => crate::allocations::render_folded(allocations, weight, out),
+            Format::Flamegraph => {
+                crate::allocations::render_flamegraph(allocations, weight, &run, out)
+            }
+            Format::Speedscope => {
+                crate::allocations::render_speedscope(allocations, weight, &run, out)
+            }
+            Format::Pprof => crate::allocations::render_pprof(allocations, weight, &run, out),
+            Format::Table | Format::Json | Format::Html => Ok(()),
+        };
+        let extension = match format {
+            Format::Folded => "folded",
+            Format::Flamegraph | Format::Speedscope | Format::Pprof => {
+                super::output::format_extension(format).unwrap_or("out")
+            }
+            Format::Table | Format::Json | Format::Html => continue,
+        };
+        let path = folded.with_extension(format!("allocations.{extension}"));
+        match write_file(&path, common.force, render) {
+            Ok(()) => eprintln!("memtrace: wrote {}", path.display()),
+            Err(err) => eprintln!(
+                "memtrace: warning: {err:#}; the allocations file `{}` is not written",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// Creates `path` (replacing a file only with `force`) and writes it with
+/// `render`.
+fn write_file(
+    path: &Path,
+    force: bool,
+    render: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+) -> anyhow::Result<()> {
+    let file = output_file::create(path, force)
+        .with_context(|| format!("cannot create `{}`", path.display()))?;
+    let mut out = BufWriter::new(file);
+    render(&mut out).with_context(|| format!("cannot write `{}`", path.display()))?;
+    out.flush()
+        .with_context(|| format!("cannot write `{}`", path.display()))
 }
 
 /// Says why a process keeps the default mode only.
@@ -145,6 +232,19 @@ fn report_not_hooked(tgid: u32, reason: &str) {
         "memtrace: process {tgid}: its allocator cannot be hooked ({reason}); it keeps the \
          default mode (page faults, memory syscalls)"
     );
+}
+
+/// Whether `tgid`'s CPython allocator is pymalloc: its environment at
+/// start sets no `PYTHONMALLOC` other than `pymalloc` / `pymalloc_debug`
+/// (`-X` options and a later `os.environ` change are not seen).
+fn uses_pymalloc(tgid: u32) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{tgid}/environ")) else {
+        return true;
+    };
+    environ
+        .split(|&b| b == 0)
+        .find_map(|entry| entry.strip_prefix(b"PYTHONMALLOC="))
+        .is_none_or(|value| value.starts_with(b"pymalloc"))
 }
 
 /// The glibc `libc.so.6` that `tgid` maps, if any.

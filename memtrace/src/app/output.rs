@@ -15,7 +15,7 @@ use super::session::{monotonic_ns, Session};
 use crate::{
     aggregate::{ExitStatus, RunMeta, Weight},
     capture,
-    cli::{AllocWeightArg, CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
+    cli::{CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
     diagnose::{self, Diagnosed},
     events::RecordReader,
     output_file,
@@ -69,7 +69,12 @@ impl Session {
                 eprintln!("memtrace: wrote {}", path.display());
             }
             if let Some(allocations) = &diagnosed.allocations {
-                write_allocations_folded(allocations, common, &written.folded);
+                super::allocations::write_allocation_files(
+                    allocations,
+                    &diagnosed.meta,
+                    common,
+                    &written.folded,
+                );
             }
         }
         if let Some(reason) = stop {
@@ -86,37 +91,6 @@ impl Session {
                 .context("cannot print the report")?;
         }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
-    }
-}
-
-/// Writes the allocation folded stacks beside `folded`
-/// (`<stem>.allocations.folded`), weighed by `--alloc-weight`; a failure is
-/// a warning.
-fn write_allocations_folded(
-    allocations: &crate::allocations::AllocationsReport,
-    common: &CommonArgs,
-    folded: &Path,
-) {
-    use crate::allocations::AllocWeight;
-    let weight = match common.alloc_weight {
-        AllocWeightArg::Allocated => AllocWeight::Allocated,
-        AllocWeightArg::Leaked => AllocWeight::Leaked,
-        AllocWeightArg::Peak => AllocWeight::Peak,
-    };
-    let path = folded.with_extension("allocations.folded");
-    let written = output_file::create(&path, common.force)
-        .with_context(|| format!("cannot create `{}`", path.display()))
-        .and_then(|file| {
-            let mut out = BufWriter::new(file);
-            crate::allocations::render_folded(allocations, weight, &mut out)?;
-            out.flush()?;
-            Ok(())
-        });
-    match written {
-        Ok(()) => eprintln!("memtrace: wrote {}", path.display()),
-        Err(err) => {
-            eprintln!("memtrace: warning: {err:#}; the allocation folded stacks are not written")
-        }
     }
 }
 
@@ -190,7 +164,7 @@ fn render_to(diagnosed: &Diagnosed, args: &ReportArgs, options: &RenderOptions) 
 /// File name ending of each `--format` written at the end of `record`/`run`
 /// (after the `memtrace-<UTC stamp>` stem of the folded and JSON files);
 /// `None` for the formats always written (folded, JSON).
-fn format_extension(format: Format) -> Option<&'static str> {
+pub(super) fn format_extension(format: Format) -> Option<&'static str> {
     match format {
         Format::Table => Some("txt"),
         Format::Flamegraph => Some("svg"),

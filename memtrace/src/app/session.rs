@@ -374,6 +374,7 @@ impl Session {
                 if let Some(process) = self.tree.exit(tgid) {
                     self.recorder.process_exited(process.id, now_ns, None, None);
                     self.forget_tgid(tgid);
+                    self.alloc_exited(tgid);
                 }
             }
         }
@@ -390,6 +391,9 @@ impl Session {
             if let Some(id) = self.tree.id_of(*tgid) {
                 let sharing = self.sharing.read_now(*tgid);
                 self.recorder.counters(id, now_ns, counters, sharing);
+            }
+            if let Some(tracker) = &mut self.allocations {
+                tracker.rss_anon(*tgid, counters.rss_bytes[memtrace_common::MM_ANONPAGES]);
             }
         }
     }
