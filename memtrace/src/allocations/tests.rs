@@ -390,10 +390,10 @@ fn the_flame_graph_draws_the_folded_lines_and_their_total() {
         let svg = String::from_utf8(out).unwrap();
         assert!(svg.starts_with("<?xml"), "{svg}");
         assert!(svg.contains(weight.describe()), "no title in the svg");
-        let count = total(&report, weight);
+        let digits = total(&report, weight).to_string();
         let mut grouped = String::new();
-        for (i, digit) in count.to_string().chars().enumerate() {
-            if i > 0 && (count.to_string().len() - i) % 3 == 0 {
+        for (i, digit) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
                 grouped.push(',');
             }
             grouped.push(digit);
