@@ -170,7 +170,10 @@ fn survivors_pinning_pymalloc_arenas_are_fragmentation_not_a_leak() {
 fn ctypes_malloc_is_attributed_to_its_python_function() {
     let python = require_ebpf!(python_3_11());
     let args = ["--native-mib", "32"];
-    let trace = trace_allocations(&python, &[], "alloc_leak_churn.py", &args);
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("run.capture");
+    let extra = ["--capture", capture.to_str().unwrap()];
+    let trace = trace_allocations(&python, &extra, "alloc_leak_churn.py", &args);
     let native = trace.workload_event("native");
     let tgid = native["pid"].as_u64().unwrap();
     let expected = native["malloc_bytes"].as_f64().unwrap();
@@ -182,6 +185,14 @@ fn ctypes_malloc_is_attributed_to_its_python_function() {
         .as_u64()
         .unwrap();
     assert!(gap_ns < 500_000_000, "probes attached after {gap_ns} ns");
+    // The capture redraws the same allocations section.
+    let replayed = common::memtrace()
+        .args(["report", capture.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    common::assert_success(&replayed, "memtrace report");
+    let replayed: Value = serde_json::from_slice(&replayed.stdout).unwrap();
+    assert_eq!(replayed["allocations"], trace.report["allocations"]);
 }
 
 #[test]

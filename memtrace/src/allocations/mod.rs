@@ -461,7 +461,7 @@ pub struct KernelAllocStats {
 }
 
 /// Allocator mode's part of the report.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocationsReport {
     /// Mean of the Poisson byte sampling, in bytes (`--sample-bytes`).
     pub sample_interval_bytes: u64,
@@ -475,7 +475,7 @@ pub struct AllocationsReport {
 
 /// One process's allocations. Byte counts are sampled estimates
 /// ([`sample_weight_bytes`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessAllocations {
     /// The process.
     pub tgid: u32,

@@ -141,6 +141,21 @@ impl Session {
         }
     }
 
+    /// `--allocations --capture`: writes the allocations report to the
+    /// capture when it changed since it was last written.
+    pub(super) fn capture_allocations(&mut self) {
+        if !self.recorder.capturing() {
+            return;
+        }
+        let Some(report) = self.allocations_report() else {
+            return;
+        };
+        if self.alloc_captured.as_ref() != Some(&report) {
+            self.recorder.allocations(&report);
+            self.alloc_captured = Some(report);
+        }
+    }
+
     /// The allocator-mode report, with the kernel's counters.
     pub(super) fn allocations_report(&self) -> Option<AllocationsReport> {
         let tracker = self.allocations.as_ref()?;

@@ -29,13 +29,17 @@ impl Session {
     /// command's status, 128 + signal when a signal killed it), else
     /// success.
     pub(super) fn finish(
-        self,
+        mut self,
         reader: &RecordReader,
         common: &CommonArgs,
         command_status: Option<ExitStatus>,
     ) -> Result<ExitCode> {
         let end_ns = monotonic_ns().max(self.start_ns);
-        let allocations = self.allocations_report();
+        self.capture_allocations();
+        let allocations = self
+            .alloc_captured
+            .take()
+            .or_else(|| self.allocations_report());
         let meta = RunMeta {
             command: self.command,
             // From the records' clock, so a replayed capture ends where
@@ -120,7 +124,8 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
     for warning in &capture.warnings {
         eprintln!("memtrace: warning: {warning}");
     }
-    let diagnosed = diagnose::diagnose(capture::replay(&capture));
+    let mut diagnosed = diagnose::diagnose(capture::replay(&capture));
+    diagnosed.allocations = capture.allocations().cloned();
     let options = render_options(&args.render);
     if args.render.per_process {
         let dir = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
@@ -149,16 +154,33 @@ fn render_to(diagnosed: &Diagnosed, args: &ReportArgs, options: &RenderOptions) 
             let file = output_file::create(path, args.force)
                 .with_context(|| format!("cannot create `{}`", path.display()))?;
             let mut out = BufWriter::new(file);
-            report::render(diagnosed, args.format.into(), options, &mut out)?;
+            render_with_allocations(diagnosed, args.format.into(), options, &mut out)?;
             out.flush()
                 .with_context(|| format!("cannot write `{}`", path.display()))
         }
         None => {
             let mut out = io::stdout().lock();
-            report::render(diagnosed, args.format.into(), options, &mut out)?;
+            render_with_allocations(diagnosed, args.format.into(), options, &mut out)?;
             out.flush().context("cannot write to standard output")
         }
     }
+}
+
+/// [`report::render`], and for the table the allocations section of a
+/// capture recorded with `--allocations` after it (the JSON has it as its
+/// `allocations` field).
+fn render_with_allocations(
+    diagnosed: &Diagnosed,
+    format: Format,
+    options: &RenderOptions,
+    out: &mut dyn io::Write,
+) -> Result<()> {
+    report::render(diagnosed, format, options, out)?;
+    if let (Format::Table, Some(allocations)) = (format, &diagnosed.allocations) {
+        crate::allocations::render_text(allocations, options.top, out)
+            .context("cannot print the allocations section")?;
+    }
+    Ok(())
 }
 
 /// File name ending of each `--format` written at the end of `record`/`run`
