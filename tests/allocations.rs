@@ -120,6 +120,10 @@ fn kept_objects_are_leaked_and_churn_is_temporary() {
     assert!(process["fragmentation"].is_null(), "{process}");
     assert!(trace.stdout().contains("allocations before +"));
     assert!(!trace.stdout().contains("the allocator holds freed memory"));
+    assert!(trace
+        .findings()
+        .iter()
+        .all(|f| f["pattern"] != "allocator_fragmentation"));
 }
 
 /// Allowed relative difference between the report's anonymous RSS at the
@@ -164,6 +168,18 @@ fn survivors_pinning_pymalloc_arenas_are_fragmentation_not_a_leak() {
         "{}",
         trace.stdout()
     );
+    // The verdict says so too, instead of calling it retention.
+    let patterns: Vec<&str> = trace
+        .findings()
+        .iter()
+        .filter(|f| f["scope"]["tgid"].as_u64() == Some(tgid))
+        .map(|f| f["pattern"].as_str().unwrap())
+        .collect();
+    assert!(
+        patterns.contains(&"allocator_fragmentation"),
+        "{patterns:?}"
+    );
+    assert!(!patterns.contains(&"retention"), "{patterns:?}");
 }
 
 #[test]

@@ -64,8 +64,7 @@ impl Session {
                 anyhow::Error::from(err)
             );
         }
-        let mut diagnosed = diagnose::diagnose(report);
-        diagnosed.allocations = allocations;
+        let diagnosed = diagnose::diagnose_with_allocations(report, allocations);
         let options = render_options(&common.render);
         let written = write_report_files(&diagnosed, options.weight, &common.output_dir);
         if let Some(written) = &written {
@@ -124,8 +123,10 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
     for warning in &capture.warnings {
         eprintln!("memtrace: warning: {warning}");
     }
-    let mut diagnosed = diagnose::diagnose(capture::replay(&capture));
-    diagnosed.allocations = capture.allocations().cloned();
+    let diagnosed = diagnose::diagnose_with_allocations(
+        capture::replay(&capture),
+        capture.allocations().cloned(),
+    );
     let options = render_options(&args.render);
     if args.render.per_process {
         let dir = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
