@@ -456,8 +456,10 @@ pub struct KernelAllocStats {
     pub live_full: u64,
     /// Blocks in the kernel's live set at the end of the trace, all
     /// processes (its capacity is 65,536; an ended process leaves none).
+    /// Counted at the end only (one pass over the map): `None` in the
+    /// reports a capture holds before its end.
     #[serde(default)]
-    pub live_set_blocks: u64,
+    pub live_set_blocks: Option<u64>,
 }
 
 /// Allocator mode's part of the report.

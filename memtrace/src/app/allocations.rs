@@ -147,7 +147,7 @@ impl Session {
         if !self.recorder.capturing() {
             return;
         }
-        let Some(report) = self.allocations_report() else {
+        let Some(report) = self.allocations_report(false) else {
             return;
         };
         if self.alloc_captured.as_ref() != Some(&report) {
@@ -156,15 +156,19 @@ impl Session {
         }
     }
 
-    /// The allocator-mode report, with the kernel's counters.
-    pub(super) fn allocations_report(&self) -> Option<AllocationsReport> {
+    /// The allocator-mode report, with the kernel's counters; `at_end`
+    /// counts the kernel's live set too (one pass over its keys).
+    pub(super) fn allocations_report(&self, at_end: bool) -> Option<AllocationsReport> {
         let tracker = self.allocations.as_ref()?;
         let stats = self.tracer.alloc_stats().unwrap_or_default();
-        let live_blocks = self.tracer.alloc_live_blocks().unwrap_or_default();
+        let live_set_blocks = at_end
+            .then(|| self.tracer.alloc_live_blocks().ok())
+            .flatten()
+            .map(|blocks| blocks.values().sum());
         Some(tracker.report(KernelAllocStats {
             calls: stats.calls,
             live_full: stats.live_full,
-            live_set_blocks: live_blocks.values().sum(),
+            live_set_blocks,
         }))
     }
 }

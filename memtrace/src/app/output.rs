@@ -35,11 +35,12 @@ impl Session {
         command_status: Option<ExitStatus>,
     ) -> Result<ExitCode> {
         let end_ns = monotonic_ns().max(self.start_ns);
-        self.capture_allocations();
-        let allocations = self
-            .alloc_captured
-            .take()
-            .or_else(|| self.allocations_report());
+        // The final allocations report, with the live set counted, goes
+        // into the capture before its `end` line.
+        let allocations = self.allocations_report(true);
+        if let Some(allocations) = &allocations {
+            self.recorder.allocations(allocations);
+        }
         let meta = RunMeta {
             command: self.command,
             // From the records' clock, so a replayed capture ends where
