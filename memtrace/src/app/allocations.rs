@@ -253,17 +253,21 @@ fn report_not_hooked(tgid: u32, reason: &str) {
     );
 }
 
-/// Whether `tgid`'s CPython allocator is pymalloc: its environment at
-/// start sets no `PYTHONMALLOC` other than `pymalloc` / `pymalloc_debug`
-/// (`-X` options and a later `os.environ` change are not seen).
+/// Whether `tgid`'s CPython allocator is pymalloc, from its environment at
+/// start ([`pymalloc_in`]); pymalloc when it cannot be read.
 fn uses_pymalloc(tgid: u32) -> bool {
-    let Ok(environ) = std::fs::read(format!("/proc/{tgid}/environ")) else {
-        return true;
-    };
+    std::fs::read(format!("/proc/{tgid}/environ")).map_or(true, |environ| pymalloc_in(&environ))
+}
+
+/// Whether a process with `environ` (NUL-separated `NAME=value`) runs
+/// pymalloc: unless `PYTHONMALLOC` names `malloc`, `malloc_debug` or
+/// `mimalloc` (`debug` and `pymalloc_debug` keep pymalloc under the debug
+/// hooks; `-X` options and later `os.environ` changes are not seen).
+fn pymalloc_in(environ: &[u8]) -> bool {
     environ
         .split(|&b| b == 0)
         .find_map(|entry| entry.strip_prefix(b"PYTHONMALLOC="))
-        .is_none_or(|value| value.starts_with(b"pymalloc"))
+        .is_none_or(|value| !(value.starts_with(b"malloc") || value.starts_with(b"mimalloc")))
 }
 
 /// The glibc `libc.so.6` that `tgid` maps, if any.
@@ -287,4 +291,19 @@ fn file_name(path: &Path) -> String {
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pymalloc_in;
+
+    #[test]
+    fn pythonmalloc_names_the_allocator() {
+        assert!(pymalloc_in(b"HOME=/root\0PATH=/bin\0"));
+        assert!(pymalloc_in(b"PYTHONMALLOC=debug\0"));
+        assert!(pymalloc_in(b"PYTHONMALLOC=pymalloc_debug"));
+        assert!(!pymalloc_in(b"HOME=/root\0PYTHONMALLOC=malloc\0"));
+        assert!(!pymalloc_in(b"PYTHONMALLOC=malloc_debug\0"));
+        assert!(!pymalloc_in(b"PYTHONMALLOC=mimalloc\0"));
+    }
 }
