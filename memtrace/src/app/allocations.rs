@@ -201,32 +201,41 @@ pub(super) fn write_allocation_files(
         }
     }
     for format in formats {
-        let render = |out: &mut dyn io::Write| match format {
-            Format::Folded => crate::allocations::render_folded(allocations, weight, out),
-            Format::Flamegraph => {
-                crate::allocations::render_flamegraph(allocations, weight, &run, out)
-            }
-            Format::Speedscope => {
-                crate::allocations::render_speedscope(allocations, weight, &run, out)
-            }
-            Format::Pprof => crate::allocations::render_pprof(allocations, weight, &run, out),
-            Format::Table | Format::Json | Format::Html => Ok(()),
+        let Some(render) = renderer(format) else {
+            continue;
         };
         let extension = match format {
             Format::Folded => "folded",
-            Format::Flamegraph | Format::Speedscope | Format::Pprof => {
-                super::output::format_extension(format).unwrap_or("out")
-            }
-            Format::Table | Format::Json | Format::Html => continue,
+            _ => super::output::format_extension(format).unwrap_or("out"),
         };
         let path = folded.with_extension(format!("allocations.{extension}"));
-        match write_file(&path, common.force, render) {
+        match write_file(&path, common.force, |out| {
+            render(allocations, weight, &run, out)
+        }) {
             Ok(()) => eprintln!("memtrace: wrote {}", path.display()),
             Err(err) => eprintln!(
                 "memtrace: warning: {err:#}; the allocations file `{}` is not written",
                 path.display()
             ),
         }
+    }
+}
+
+/// A renderer of allocator mode's report in one format.
+type Render =
+    fn(&AllocationsReport, AllocWeight, &ProfileRun<'_>, &mut dyn io::Write) -> io::Result<()>;
+
+/// The renderer of allocator mode's report in `format`, for the formats
+/// that weigh paths.
+fn renderer(format: Format) -> Option<Render> {
+    match format {
+        Format::Folded => {
+            Some(|report, weight, _, out| crate::allocations::render_folded(report, weight, out))
+        }
+        Format::Flamegraph => Some(crate::allocations::render_flamegraph),
+        Format::Speedscope => Some(crate::allocations::render_speedscope),
+        Format::Pprof => Some(crate::allocations::render_pprof),
+        Format::Table | Format::Json | Format::Html => None,
     }
 }
 
