@@ -209,6 +209,25 @@ fn ctypes_malloc_is_attributed_to_its_python_function() {
     common::assert_success(&replayed, "memtrace report");
     let replayed: Value = serde_json::from_slice(&replayed.stdout).unwrap();
     assert_eq!(replayed["allocations"], trace.report["allocations"]);
+    // And draws its allocation paths: the folded lines add up to the
+    // leaked bytes of every process.
+    let folded = common::memtrace()
+        .args(["report", capture.to_str().unwrap(), "--allocations"])
+        .args(["--alloc-weight", "leaked", "--format", "folded"])
+        .output()
+        .unwrap();
+    common::assert_success(&folded, "memtrace report --allocations");
+    let drawn: u64 = common::stdout_of(&folded)
+        .lines()
+        .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    let leaked: u64 = trace.report["allocations"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["leaked_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(drawn, leaked);
 }
 
 #[test]

@@ -17,7 +17,8 @@ use crate::aggregate::RunMeta;
 use crate::allocations::{
     AllocWeight, AllocationsReport, KernelAllocStats, ProfileRun, SampledBlock,
 };
-use crate::cli::{AllocWeightArg, CommonArgs};
+use crate::cli::{AllocWeightArg, CommonArgs, ReportArgs};
+use crate::diagnose::Diagnosed;
 use crate::output_file;
 use crate::report::Format;
 
@@ -184,11 +185,7 @@ pub(super) fn write_allocation_files(
     common: &CommonArgs,
     folded: &Path,
 ) {
-    let weight = match common.alloc_weight {
-        AllocWeightArg::Allocated => AllocWeight::Allocated,
-        AllocWeightArg::Leaked => AllocWeight::Leaked,
-        AllocWeightArg::Peak => AllocWeight::Peak,
-    };
+    let weight = alloc_weight(common.alloc_weight);
     let run = ProfileRun {
         command: &meta.command,
         duration_ns: meta.duration_ns,
@@ -218,6 +215,54 @@ pub(super) fn write_allocation_files(
                 path.display()
             ),
         }
+    }
+}
+
+/// `memtrace report FILE --allocations`: what draws the allocation paths
+/// of the capture's report `diagnosed` in `--format`, weighed by
+/// `--alloc-weight`.
+///
+/// # Errors
+/// `--per-process`, a format that does not weigh paths, or a capture
+/// recorded without `--allocations`.
+pub(super) fn report_renderer<'a>(
+    diagnosed: &'a Diagnosed,
+    args: &'a ReportArgs,
+) -> anyhow::Result<impl FnOnce(&mut dyn io::Write) -> anyhow::Result<()> + 'a> {
+    let format = Format::from(args.format);
+    if args.render.per_process {
+        anyhow::bail!("--allocations draws one file: --per-process does not apply");
+    }
+    let Some(render) = renderer(format) else {
+        anyhow::bail!(
+            "--allocations draws folded, flamegraph, speedscope or pprof, not `{}` (the table \
+             and the JSON carry the allocations without it)",
+            crate::report::format_name(format)
+        );
+    };
+    let Some(allocations) = &diagnosed.allocations else {
+        anyhow::bail!(
+            "`{}` holds no allocations: record it with `--allocations --capture`",
+            args.capture.display()
+        );
+    };
+    let weight = alloc_weight(args.alloc_weight);
+    Ok(move |out: &mut dyn io::Write| {
+        let run = ProfileRun {
+            command: &diagnosed.meta.command,
+            duration_ns: diagnosed.meta.duration_ns,
+            inverted: args.render.inverted,
+        };
+        render(allocations, weight, &run, out).context("cannot write the allocations")
+    })
+}
+
+/// The measure `--alloc-weight` names.
+fn alloc_weight(arg: AllocWeightArg) -> AllocWeight {
+    match arg {
+        AllocWeightArg::Allocated => AllocWeight::Allocated,
+        AllocWeightArg::Leaked => AllocWeight::Leaked,
+        AllocWeightArg::Peak => AllocWeight::Peak,
     }
 }
 

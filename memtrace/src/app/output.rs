@@ -129,7 +129,10 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
         capture.allocations().cloned(),
     );
     let options = render_options(&args.render);
-    if args.render.per_process {
+    if args.allocations {
+        let render = super::allocations::report_renderer(&diagnosed, args)?;
+        write_output(args, render)?;
+    } else if args.render.per_process {
         let dir = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the folder `{}`", dir.display()))?;
@@ -144,25 +147,30 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
             eprintln!("memtrace: wrote {}", path.display());
         }
     } else {
-        render_to(&diagnosed, args, &options)?;
+        write_output(args, |out| {
+            render_with_allocations(&diagnosed, args.format.into(), &options, out)
+        })?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Renders `diagnosed` to `-o OUT` or standard output.
-fn render_to(diagnosed: &Diagnosed, args: &ReportArgs, options: &RenderOptions) -> Result<()> {
+/// Writes what `render` writes to `-o OUT` or standard output.
+fn write_output(
+    args: &ReportArgs,
+    render: impl FnOnce(&mut dyn io::Write) -> Result<()>,
+) -> Result<()> {
     match &args.output {
         Some(path) => {
             let file = output_file::create(path, args.force)
                 .with_context(|| format!("cannot create `{}`", path.display()))?;
             let mut out = BufWriter::new(file);
-            render_with_allocations(diagnosed, args.format.into(), options, &mut out)?;
+            render(&mut out)?;
             out.flush()
                 .with_context(|| format!("cannot write `{}`", path.display()))
         }
         None => {
             let mut out = io::stdout().lock();
-            render_with_allocations(diagnosed, args.format.into(), options, &mut out)?;
+            render(&mut out)?;
             out.flush().context("cannot write to standard output")
         }
     }
