@@ -375,6 +375,16 @@ impl TryFrom<u32> for AllocCall {
 /// [`ALLOC_STATS_MAP`](crate::ALLOC_STATS_MAP) too.
 pub const ALLOC_UNTRACKED: u32 = 1;
 
+/// [`AllocRecord::flags`]: the outermost call was one of CPython's
+/// allocator API (`PyObject_*`, `PyMem_*`, `PyMem_Raw*`), not glibc's
+/// `malloc` family called directly; its probes carry
+/// [`ALLOC_COOKIE_PYTHON_API`].
+pub const ALLOC_PYTHON_API: u32 = 2;
+
+/// The attach cookie (`bpf_get_attach_cookie`) of the entry probes on
+/// CPython's allocator API; glibc's carry 0.
+pub const ALLOC_COOKIE_PYTHON_API: u64 = 1;
+
 /// A sampled heap allocation of a traced process (allocator mode), sent from
 /// the uretprobe of the outermost allocator call on the thread, with the
 /// thread's Python stack.

@@ -107,6 +107,9 @@ pub struct AllocThread {
     /// Bytes still to allocate before the next sample; a fresh exponential
     /// draw after each sample (memoryless, so sampling stays Poisson).
     pub countdown_bytes: u64,
+    /// The outermost call's probe cookie
+    /// (`memtrace_common::ALLOC_COOKIE_PYTHON_API` or 0).
+    pub cookie: u64,
 }
 
 /// Allocator state per thread: tid -> [`AllocThread`].

@@ -86,6 +86,14 @@ pub struct ReportArgs {
     /// Options shared with the formats of `record`/`run`.
     #[command(flatten)]
     pub render: RenderArgs,
+    /// Draw the allocation paths of a capture recorded with --allocations
+    /// instead of the memory growth (--format folded, flamegraph,
+    /// speedscope or pprof; the table and JSON always carry them).
+    #[arg(long)]
+    pub allocations: bool,
+    /// With --allocations: which bytes weigh the allocation paths.
+    #[arg(long, value_enum, default_value_t = AllocWeightArg::Leaked)]
+    pub alloc_weight: AllocWeightArg,
 }
 
 /// How reports are drawn (`report`, and the --format outputs of `record`/`run`).

@@ -14,14 +14,14 @@
 //! `ALLOC_LIVE` and returns unless the block was sampled.
 
 use aya_ebpf::{
-    helpers::{bpf_get_prandom_u32, bpf_probe_read_user},
+    helpers::{bpf_get_attach_cookie, bpf_get_prandom_u32, bpf_probe_read_user},
     macros::{uprobe, uretprobe},
     maps::ring_buf::RingBufEntry,
     programs::{ProbeContext, RetProbeContext},
 };
 use memtrace_common::{
-    AllocCall, AllocRecord, FreeRecord, LiveBlock, LiveKey, RecordKind, ALLOC_EXP_DRAWS_LEN,
-    ALLOC_STAT_CALLS, ALLOC_STAT_LIVE_FULL, ALLOC_UNTRACKED,
+    AllocCall, AllocRecord, FreeRecord, LiveBlock, LiveKey, RecordKind, ALLOC_COOKIE_PYTHON_API,
+    ALLOC_EXP_DRAWS_LEN, ALLOC_PYTHON_API, ALLOC_STAT_CALLS, ALLOC_STAT_LIVE_FULL, ALLOC_UNTRACKED,
 };
 
 use crate::{
@@ -43,6 +43,8 @@ struct CallArgs {
     size_bytes: u64,
     old_addr: u64,
     out_ptr: u64,
+    /// The probe's attach cookie: which API was entered.
+    cookie: u64,
 }
 
 /// Uprobe on `malloc(size)`, `PyObject_Malloc`, `PyMem_Malloc`,
@@ -52,6 +54,7 @@ pub fn alloc_malloc(ctx: ProbeContext) -> u32 {
     let size_bytes = ctx.arg::<u64>(0).unwrap_or(0);
     enter(CallArgs {
         sp: stack_pointer(&ctx),
+        cookie: cookie(&ctx),
         call: AllocCall::Malloc,
         size_bytes,
         old_addr: 0,
@@ -67,6 +70,7 @@ pub fn alloc_calloc(ctx: ProbeContext) -> u32 {
     let size = ctx.arg::<u64>(1).unwrap_or(0);
     enter(CallArgs {
         sp: stack_pointer(&ctx),
+        cookie: cookie(&ctx),
         call: AllocCall::Calloc,
         // An overflowing product makes calloc fail (no block to record);
         // `saturating_mul` would need a 128-bit libcall BPF cannot link.
@@ -84,6 +88,7 @@ pub fn alloc_realloc(ctx: ProbeContext) -> u32 {
     let size_bytes = ctx.arg::<u64>(1).unwrap_or(0);
     enter(CallArgs {
         sp: stack_pointer(&ctx),
+        cookie: cookie(&ctx),
         call: AllocCall::Realloc,
         size_bytes,
         old_addr,
@@ -98,6 +103,7 @@ pub fn alloc_aligned_alloc(ctx: ProbeContext) -> u32 {
     let size_bytes = ctx.arg::<u64>(1).unwrap_or(0);
     enter(CallArgs {
         sp: stack_pointer(&ctx),
+        cookie: cookie(&ctx),
         call: AllocCall::AlignedAlloc,
         size_bytes,
         old_addr: 0,
@@ -114,6 +120,7 @@ pub fn alloc_posix_memalign(ctx: ProbeContext) -> u32 {
     let size_bytes = ctx.arg::<u64>(2).unwrap_or(0);
     enter(CallArgs {
         sp: stack_pointer(&ctx),
+        cookie: cookie(&ctx),
         call: AllocCall::PosixMemalign,
         size_bytes,
         old_addr: 0,
@@ -167,6 +174,14 @@ fn stack_pointer(ctx: &ProbeContext) -> u64 {
     unsafe { (*ctx.regs).rsp }
 }
 
+/// The attach cookie of the probe that fired
+/// ([`ALLOC_COOKIE_PYTHON_API`] on CPython's allocator API, else 0).
+#[inline(always)]
+fn cookie(ctx: &ProbeContext) -> u64 {
+    // SAFETY: helper reading the context's perf event; any probe may call it.
+    unsafe { bpf_get_attach_cookie(ctx.regs.cast()) }
+}
+
 /// Entry of an allocator call: the outermost call keeps its arguments.
 ///
 /// A call entered at or above the outermost call's stack pointer is not
@@ -185,6 +200,7 @@ fn enter(args: CallArgs) {
             old_addr: args.old_addr,
             out_ptr: args.out_ptr,
             countdown_bytes: exponential_draw(),
+            cookie: args.cookie,
         };
         let _ = ALLOC_THREADS.insert(tid, fresh, 0);
         return;
@@ -201,6 +217,7 @@ fn enter(args: CallArgs) {
             (*thread).size_bytes = args.size_bytes;
             (*thread).old_addr = args.old_addr;
             (*thread).out_ptr = args.out_ptr;
+            (*thread).cookie = args.cookie;
         }
     }
 }
@@ -266,12 +283,15 @@ fn record_block(tgid: u32, state: &AllocThread, addr: u64, native_ip: u64) {
     let block = LiveBlock {
         size_bytes: state.size_bytes,
     };
-    let flags = if ALLOC_LIVE.insert(key, block, 0).is_ok() {
+    let mut flags = if ALLOC_LIVE.insert(key, block, 0).is_ok() {
         0
     } else {
         count_stat(ALLOC_STAT_LIVE_FULL);
         ALLOC_UNTRACKED
     };
+    if state.cookie == ALLOC_COOKIE_PYTHON_API {
+        flags |= ALLOC_PYTHON_API;
+    }
     let Some(mut entry) = RECORDS.reserve::<AllocRecord>(0) else {
         // The block stays in the live set: its free is still reported, and
         // userspace ignores frees of blocks it never saw.

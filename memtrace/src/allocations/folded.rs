@@ -17,7 +17,8 @@ pub enum AllocWeight {
 }
 
 impl AllocWeight {
-    fn bytes(self, path: &PathAllocations) -> u64 {
+    /// The bytes of `path` this weight counts.
+    pub fn bytes(self, path: &PathAllocations) -> u64 {
         match self {
             Self::Allocated => path.allocated_bytes,
             Self::Leaked => path.leaked_bytes,
@@ -26,9 +27,8 @@ impl AllocWeight {
     }
 }
 
-/// Writes `process (tgid N);frame;...;frame BYTES` for every path with a
-/// non-zero `weight`, in the report's order. A `;` inside a frame (the
-/// separator) is written as `,`.
+/// Writes `tgid N;frame;...;frame BYTES` for every path with a non-zero
+/// `weight`, in the report's order ([`lines`]).
 ///
 /// # Errors
 /// Any error of `out`.
@@ -37,18 +37,32 @@ pub fn render_folded(
     weight: AllocWeight,
     out: &mut dyn Write,
 ) -> io::Result<()> {
+    for line in lines(report, weight) {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+/// One folded line `tgid N;frame;...;frame BYTES` per path with a non-zero
+/// `weight`, in the report's order: the root frame is the process, frames
+/// run outermost first, and a `;` inside a frame (the separator) is
+/// written as `,`.
+pub fn lines(report: &AllocationsReport, weight: AllocWeight) -> Vec<String> {
+    let mut lines = Vec::new();
     for process in &report.processes {
         for path in &process.paths {
             let bytes = weight.bytes(path);
             if bytes == 0 {
                 continue;
             }
-            write!(out, "tgid {}", process.tgid)?;
+            let mut line = format!("tgid {}", process.tgid);
             for frame in &path.stack {
-                write!(out, ";{}", frame.replace(';', ","))?;
+                line.push(';');
+                line.push_str(&frame.replace(';', ","));
             }
-            writeln!(out, " {bytes}")?;
+            line.push_str(&format!(" {bytes}"));
+            lines.push(line);
         }
     }
-    Ok(())
+    lines
 }

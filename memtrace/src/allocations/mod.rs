@@ -4,9 +4,13 @@
 //! freed, leaked (still live at the end), live at the process's high-water
 //! mark, and temporary (freed within [`TEMPORARY_NS`]). The result,
 //! [`AllocationsReport`], goes into the JSON report, a terminal section
-//! (`render`) and folded stacks (`folded`).
+//! (`render`), folded stacks (`folded`) and the flame graph, speedscope and
+//! pprof files (`profiles`); `fragmentation` says when the allocator, not
+//! the program, holds the memory.
 
 mod folded;
+mod fragmentation;
+mod profiles;
 mod render;
 #[cfg(test)]
 mod tests;
@@ -16,6 +20,11 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 pub use folded::{render_folded, AllocWeight};
+pub use fragmentation::{
+    Fragmentation, FragmentationKind, FRAGMENTATION_LIVE_FRACTION, FRAGMENTATION_MIN_GAP_BYTES,
+    PYMALLOC_MAX_BYTES,
+};
+pub use profiles::{render_flamegraph, render_pprof, render_speedscope, ProfileRun};
 pub use render::render_text;
 
 /// A block freed within this many nanoseconds of its allocation counts as
@@ -58,12 +67,33 @@ pub fn sample_weight_bytes(size_bytes: u64, mean_bytes: u64) -> f64 {
     size / probability
 }
 
+/// One sampled block as its allocation record gave it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SampledBlock {
+    /// When it was allocated, monotonic ns.
+    pub ts_ns: u64,
+    /// The allocating thread.
+    pub tid: u32,
+    /// Its address.
+    pub addr: u64,
+    /// Its requested size, in bytes.
+    pub size_bytes: u64,
+    /// The kernel's live set was full: its free will not be seen.
+    pub untracked: bool,
+    /// Allocated through CPython's allocator API, not glibc's `malloc`
+    /// family called directly.
+    pub python_api: bool,
+}
+
 /// One sampled block still live.
 #[derive(Clone, Copy, Debug)]
 struct LiveEntry {
     path: usize,
     weight_bytes: f64,
     ts_ns: u64,
+    tid: u32,
+    /// In pymalloc's pools (see [`PYMALLOC_MAX_BYTES`]), else glibc's.
+    pymalloc: bool,
 }
 
 /// Totals of one path in one process, in weighted bytes.
@@ -90,6 +120,10 @@ pub enum HookStatus {
         /// From the process's start (or its exec) to its probes being
         /// attached, in ns: allocations in that window are not seen.
         gap_ns: u64,
+        /// Its CPython allocator is pymalloc (no `PYTHONMALLOC=malloc` in
+        /// its environment).
+        #[serde(default)]
+        pymalloc: bool,
     },
     /// Not hooked: the process keeps the default mode only.
     NotHooked {
@@ -113,9 +147,11 @@ struct ProcessAllocs {
     /// Paths whose live bytes changed since the last peak.
     changed_since_peak: HashSet<usize>,
     untracked: u64,
-    /// Anonymous RSS, first and highest reading, in bytes.
+    /// Anonymous RSS, first, highest and last reading, in bytes.
     rss_anon_first_bytes: Option<u64>,
     rss_anon_max_bytes: u64,
+    rss_anon_last_bytes: Option<u64>,
+    freed: fragmentation::FreedBytes,
     /// No more events count (its exit began, or it exec'd).
     ended: bool,
 }
@@ -135,6 +171,8 @@ impl ProcessAllocs {
             untracked: 0,
             rss_anon_first_bytes: None,
             rss_anon_max_bytes: 0,
+            rss_anon_last_bytes: None,
+            freed: fragmentation::FreedBytes::default(),
             ended: false,
         }
     }
@@ -163,6 +201,8 @@ impl ProcessAllocs {
         let totals = self.paths.entry(entry.path).or_default();
         totals.freed_bytes += entry.weight_bytes;
         totals.live_bytes -= entry.weight_bytes;
+        self.freed
+            .add(entry.pymalloc, entry.weight_bytes, entry.tid);
         if ts_ns.saturating_sub(entry.ts_ns) < TEMPORARY_NS {
             totals.temporary_bytes += entry.weight_bytes;
         }
@@ -170,13 +210,26 @@ impl ProcessAllocs {
         self.changed_since_peak.insert(entry.path);
     }
 
-    fn sampled_allocated_bytes(&self) -> f64 {
-        self.paths.values().map(|t| t.allocated_bytes).sum()
-    }
-
     fn rss_anon_growth_bytes(&self) -> u64 {
         self.rss_anon_max_bytes
             .saturating_sub(self.rss_anon_first_bytes.unwrap_or(0))
+    }
+
+    fn pymalloc(&self) -> bool {
+        matches!(self.hook, HookStatus::Hooked { pymalloc: true, .. })
+    }
+
+    fn fragmentation(&self, live_bytes: u64, peak_bytes: u64) -> Option<Fragmentation> {
+        if !matches!(self.hook, HookStatus::Hooked { .. }) || self.inlined_suspected() {
+            return None;
+        }
+        fragmentation::diagnose(&fragmentation::EndState {
+            rss_anon_first_bytes: self.rss_anon_first_bytes,
+            rss_anon_end_bytes: self.rss_anon_last_bytes,
+            live_bytes,
+            peak_bytes,
+            freed: &self.freed,
+        })
     }
 
     fn inlined_suspected(&self) -> bool {
@@ -223,11 +276,15 @@ impl AllocationTracker {
     }
 
     /// The probes of `tgid` were attached to `binaries` at monotonic
-    /// `attached_ns`.
-    pub fn hooked(&mut self, tgid: u32, binaries: Vec<String>, attached_ns: u64) {
+    /// `attached_ns`; `pymalloc` when its CPython allocator is pymalloc.
+    pub fn hooked(&mut self, tgid: u32, binaries: Vec<String>, attached_ns: u64, pymalloc: bool) {
         if let Some(process) = self.running.get_mut(&tgid) {
             let gap_ns = attached_ns.saturating_sub(process.seen_from_ns);
-            process.hook = HookStatus::Hooked { binaries, gap_ns };
+            process.hook = HookStatus::Hooked {
+                binaries,
+                gap_ns,
+                pymalloc,
+            };
         }
     }
 
@@ -240,45 +297,50 @@ impl AllocationTracker {
 
     /// Whether `tgid` runs and still waits for its hooks.
     pub fn pending(&self, tgid: u32) -> bool {
-        self.running
-            .get(&tgid)
-            .is_some_and(|p| p.hook == HookStatus::Pending)
+        self.pending_start(tgid).is_some()
     }
 
-    /// An anonymous RSS reading of `tgid`, in bytes.
+    /// The start time (boot-time ns) of `tgid` when it runs and still waits
+    /// for its hooks.
+    pub fn pending_start(&self, tgid: u32) -> Option<u64> {
+        self.running
+            .get(&tgid)
+            .filter(|p| p.hook == HookStatus::Pending)
+            .map(|p| p.start_time_ns)
+    }
+
+    /// An anonymous RSS reading of `tgid`, in bytes (the kernel's
+    /// `rss_stat` counter: /proc/PID/status `RssAnon`); none once its exit
+    /// began, so the last one is its RSS then.
     pub fn rss_anon(&mut self, tgid: u32, bytes: u64) {
-        if let Some(process) = self.running.get_mut(&tgid) {
+        if let Some(process) = self.running.get_mut(&tgid).filter(|p| !p.ended) {
             process.rss_anon_first_bytes.get_or_insert(bytes);
             process.rss_anon_max_bytes = process.rss_anon_max_bytes.max(bytes);
+            process.rss_anon_last_bytes = Some(bytes);
         }
     }
 
-    /// A sampled block of `size_bytes` at `addr`, allocated by `tgid` at
-    /// `ts_ns` from `stack` (outermost frame first); `untracked` when the
-    /// kernel's live set was full (its free will not be seen).
-    pub fn alloc(
-        &mut self,
-        tgid: u32,
-        ts_ns: u64,
-        addr: u64,
-        size_bytes: u64,
-        stack: Vec<String>,
-        untracked: bool,
-    ) {
-        let weight_bytes = sample_weight_bytes(size_bytes, self.mean_bytes);
+    /// A sampled `block` allocated by `tgid` from `stack` (outermost frame
+    /// first).
+    pub fn alloc(&mut self, tgid: u32, block: SampledBlock, stack: Vec<String>) {
+        let weight_bytes = sample_weight_bytes(block.size_bytes, self.mean_bytes);
         let path = self.intern(stack);
         let Some(process) = self.running.get_mut(&tgid).filter(|p| !p.ended) else {
             return;
         };
-        if untracked {
+        if block.untracked {
             process.untracked += 1;
         }
         let entry = LiveEntry {
             path,
             weight_bytes,
-            ts_ns,
+            ts_ns: block.ts_ns,
+            tid: block.tid,
+            pymalloc: process.pymalloc()
+                && block.python_api
+                && block.size_bytes <= PYMALLOC_MAX_BYTES,
         };
-        process.alloc(path, entry, addr);
+        process.alloc(path, entry, block.addr);
     }
 
     /// A sampled block of `tgid` at `addr` was freed at `ts_ns`.
@@ -299,16 +361,12 @@ impl AllocationTracker {
         }
     }
 
-    /// `tgid` is gone: returns the addresses of its blocks still live, for
-    /// the kernel's live set to drop.
-    pub fn process_ended(&mut self, tgid: u32) -> Vec<u64> {
-        let Some(mut process) = self.running.remove(&tgid) else {
-            return Vec::new();
-        };
-        process.ended = true;
-        let addrs = process.live.keys().copied().collect();
-        self.finished.push(process);
-        addrs
+    /// `tgid` is gone (exited, or exec'd into a new image).
+    pub fn process_ended(&mut self, tgid: u32) {
+        if let Some(mut process) = self.running.remove(&tgid) {
+            process.ended = true;
+            self.finished.push(process);
+        }
     }
 
     fn intern(&mut self, stack: Vec<String>) -> usize {
@@ -361,17 +419,23 @@ impl AllocationTracker {
                 &b.stack,
             ))
         });
+        // Totals are sums of the paths' rounded bytes, so every file that
+        // weighs paths adds up to them exactly.
+        let leaked_bytes = paths.iter().map(|p| p.leaked_bytes).sum();
+        let peak_bytes = paths.iter().map(|p| p.peak_bytes).sum();
         ProcessAllocations {
             tgid: process.tgid,
             start_time_ns: process.start_time_ns,
             hook: process.hook.clone(),
             sampled_allocations: paths.iter().map(|p| p.allocations).sum(),
             untracked_allocations: process.untracked,
-            allocated_bytes: round(process.sampled_allocated_bytes()),
-            leaked_bytes: round(process.live_bytes),
-            peak_bytes: round(process.peak_bytes),
+            allocated_bytes: paths.iter().map(|p| p.allocated_bytes).sum(),
+            leaked_bytes,
+            peak_bytes,
             rss_anon_growth_bytes: process.rss_anon_growth_bytes(),
+            rss_anon_end_bytes: process.rss_anon_last_bytes,
             inlined_allocator_suspected: process.inlined_suspected(),
+            fragmentation: process.fragmentation(leaked_bytes, peak_bytes),
             paths,
         }
     }
@@ -390,10 +454,16 @@ pub struct KernelAllocStats {
     pub calls: u64,
     /// Sampled blocks the full live set refused (their frees are unseen).
     pub live_full: u64,
+    /// Blocks in the kernel's live set at the end of the trace, all
+    /// processes (its capacity is 65,536; an ended process leaves none).
+    /// Counted at the end only (one pass over the map): `None` in the
+    /// reports a capture holds before its end.
+    #[serde(default)]
+    pub live_set_blocks: Option<u64>,
 }
 
 /// Allocator mode's part of the report.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocationsReport {
     /// Mean of the Poisson byte sampling, in bytes (`--sample-bytes`).
     pub sample_interval_bytes: u64,
@@ -407,7 +477,7 @@ pub struct AllocationsReport {
 
 /// One process's allocations. Byte counts are sampled estimates
 /// ([`sample_weight_bytes`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessAllocations {
     /// The process.
     pub tgid: u32,
@@ -425,11 +495,20 @@ pub struct ProcessAllocations {
     pub leaked_bytes: u64,
     /// Live bytes at the high-water mark.
     pub peak_bytes: u64,
-    /// Growth of its anonymous RSS while traced, in bytes.
+    /// Growth of its anonymous RSS while traced (highest minus first
+    /// reading), in bytes.
     pub rss_anon_growth_bytes: u64,
+    /// Its anonymous RSS at the end (when its exit began, or the last
+    /// reading of the trace), in bytes; `None` before any reading.
+    #[serde(default)]
+    pub rss_anon_end_bytes: Option<u64>,
     /// The hooks saw far fewer live bytes at the high-water mark than its
     /// RSS grew by: [`INLINED_REMEDY`].
     pub inlined_allocator_suspected: bool,
+    /// The allocator, not the program, holds most of the anonymous RSS it
+    /// kept: [`Fragmentation::remedy`].
+    #[serde(default)]
+    pub fragmentation: Option<Fragmentation>,
     /// Paths sorted by leaked, then allocated bytes, descending.
     pub paths: Vec<PathAllocations>,
 }

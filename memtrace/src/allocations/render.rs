@@ -42,7 +42,9 @@ fn render_process(process: &ProcessAllocations, top: usize, out: &mut dyn Write)
         HookStatus::NotHooked { reason } => {
             writeln!(out, "allocator not hooked ({reason}); default mode only")?;
         }
-        HookStatus::Hooked { binaries, gap_ns } => writeln!(
+        HookStatus::Hooked {
+            binaries, gap_ns, ..
+        } => writeln!(
             out,
             "{} allocated, {} leaked, {} live at peak ({} sampled); hooks in {}; allocations \
              before +{} ms not seen",
@@ -59,6 +61,19 @@ fn render_process(process: &ProcessAllocations, top: usize, out: &mut dyn Write)
             out,
             "    note: {} of anonymous RSS growth; {INLINED_REMEDY}",
             format_bytes(process.rss_anon_growth_bytes)
+        )?;
+    }
+    if let Some(note) = &process.fragmentation {
+        writeln!(
+            out,
+            "    note: the allocator holds freed memory: anonymous RSS {} at the end, {} of it \
+             gained while traced, but only {} of live objects (sampled): {} is free memory \
+             the allocator keeps; {}",
+            format_bytes(note.rss_anon_end_bytes),
+            format_bytes(note.rss_anon_retained_bytes),
+            format_bytes(note.live_bytes),
+            format_bytes(note.held_free_bytes),
+            note.remedy()
         )?;
     }
     if process.untracked_allocations > 0 {

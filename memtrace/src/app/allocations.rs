@@ -2,14 +2,25 @@
 //! its allocator probes once its binaries are known (CPython probing found
 //! its interpreter or found none; a fork's child at once), the gap from its
 //! start to its probes is kept, and sampled allocation and free records go
-//! to the `allocations` aggregation.
+//! to the `allocations` aggregation; at the end, its files are written
+//! beside the report's.
 
+use std::io::{self, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
-use memtrace_common::{AllocRecord, ForkRecord, FreeRecord, ALLOC_UNTRACKED};
+use anyhow::Context as _;
+
+use memtrace_common::{AllocRecord, ForkRecord, FreeRecord, ALLOC_PYTHON_API, ALLOC_UNTRACKED};
 
 use super::session::{monotonic_ns, Session};
-use crate::allocations::{AllocationsReport, KernelAllocStats};
+use crate::aggregate::RunMeta;
+use crate::allocations::{
+    AllocWeight, AllocationsReport, KernelAllocStats, ProfileRun, SampledBlock,
+};
+use crate::cli::{AllocWeightArg, CommonArgs, ReportArgs};
+use crate::diagnose::Diagnosed;
+use crate::output_file;
+use crate::report::Format;
 
 impl Session {
     /// A traced process (image) entered the trace at monotonic `ts_ns`.
@@ -47,15 +58,16 @@ impl Session {
         self.alloc_started(tgid, ts_ns);
     }
 
-    /// A traced process is gone: its probes are detached and its blocks
-    /// leave the kernel's live set.
+    /// A traced process is gone (its exit record, or it was found missing
+    /// when its exit record was lost): its probes are detached and all its
+    /// blocks leave the kernel's live set.
     pub(super) fn alloc_exited(&mut self, tgid: u32) {
         let Some(tracker) = &mut self.allocations else {
             return;
         };
-        let addrs = tracker.process_ended(tgid);
+        tracker.process_ended(tgid);
         self.alloc_python_binary.remove(&tgid);
-        self.tracer.detach_allocator(tgid, &addrs);
+        self.tracer.detach_allocator(tgid);
     }
 
     /// Attaches the allocator probes of `tgid` (CPython's in
@@ -65,9 +77,9 @@ impl Session {
         let Some(tracker) = &mut self.allocations else {
             return;
         };
-        if !tracker.pending(tgid) {
+        let Some(start_time_ns) = tracker.pending_start(tgid) else {
             return;
-        }
+        };
         let libc = mapped_libc(tgid);
         if python_binary.is_none() && libc.is_none() {
             let reason = "it maps no CPython allocator and no glibc libc.so".to_owned();
@@ -75,13 +87,15 @@ impl Session {
             tracker.not_hooked(tgid, reason);
             return;
         }
-        match self
-            .tracer
-            .attach_allocator(tgid, python_binary.as_deref(), libc.as_deref())
-        {
+        match self.tracer.attach_allocator(
+            tgid,
+            start_time_ns,
+            python_binary.as_deref(),
+            libc.as_deref(),
+        ) {
             Ok(binaries) => {
                 let names = binaries.iter().map(|p| file_name(p)).collect();
-                tracker.hooked(tgid, names, monotonic_ns());
+                tracker.hooked(tgid, names, monotonic_ns(), uses_pymalloc(tgid));
                 if let Some(binary) = python_binary {
                     self.alloc_python_binary.insert(tgid, binary);
                 }
@@ -109,15 +123,15 @@ impl Session {
         );
         let stack = stack.iter().map(ToString::to_string).collect();
         if let Some(tracker) = &mut self.allocations {
-            let untracked = record.flags & ALLOC_UNTRACKED != 0;
-            tracker.alloc(
-                tgid,
-                record.header.ts_ns,
-                record.addr,
-                record.size_bytes,
-                stack,
-                untracked,
-            );
+            let block = SampledBlock {
+                ts_ns: record.header.ts_ns,
+                tid: record.header.tid,
+                addr: record.addr,
+                size_bytes: record.size_bytes,
+                untracked: record.flags & ALLOC_UNTRACKED != 0,
+                python_api: record.flags & ALLOC_PYTHON_API != 0,
+            };
+            tracker.alloc(tgid, block, stack);
         }
     }
 
@@ -128,15 +142,161 @@ impl Session {
         }
     }
 
-    /// The allocator-mode report, with the kernel's counters.
-    pub(super) fn allocations_report(&self) -> Option<AllocationsReport> {
+    /// `--allocations --capture`: writes the allocations report to the
+    /// capture when it changed since it was last written.
+    pub(super) fn capture_allocations(&mut self) {
+        if !self.recorder.capturing() {
+            return;
+        }
+        let Some(report) = self.allocations_report(false) else {
+            return;
+        };
+        if self.alloc_captured.as_ref() != Some(&report) {
+            self.recorder.allocations(&report);
+            self.alloc_captured = Some(report);
+        }
+    }
+
+    /// The allocator-mode report, with the kernel's counters; `at_end`
+    /// counts the kernel's live set too (one pass over its keys).
+    pub(super) fn allocations_report(&self, at_end: bool) -> Option<AllocationsReport> {
         let tracker = self.allocations.as_ref()?;
         let stats = self.tracer.alloc_stats().unwrap_or_default();
+        let live_set_blocks = at_end
+            .then(|| self.tracer.alloc_live_blocks().ok())
+            .flatten()
+            .map(|blocks| blocks.values().sum());
         Some(tracker.report(KernelAllocStats {
             calls: stats.calls,
             live_full: stats.live_full,
+            live_set_blocks,
         }))
     }
+}
+
+/// Writes allocator mode's files beside the folded stacks file `folded`,
+/// weighed by `--alloc-weight`: `<stem>.allocations.folded` always, and
+/// `<stem>.allocations.svg`, `.allocations.speedscope.json`,
+/// `.allocations.pb.gz` for each of `--format flamegraph`, `speedscope`,
+/// `pprof`. A file that cannot be written is a warning.
+pub(super) fn write_allocation_files(
+    allocations: &AllocationsReport,
+    meta: &RunMeta,
+    common: &CommonArgs,
+    folded: &Path,
+) {
+    let weight = alloc_weight(common.alloc_weight);
+    let run = ProfileRun {
+        command: &meta.command,
+        duration_ns: meta.duration_ns,
+        inverted: common.render.inverted,
+    };
+    let mut formats = vec![Format::Folded];
+    for format in common.format.iter().map(|&arg| Format::from(arg)) {
+        if !formats.contains(&format) {
+            formats.push(format);
+        }
+    }
+    for format in formats {
+        let Some(render) = renderer(format) else {
+            continue;
+        };
+        let extension = match format {
+            Format::Folded => "folded",
+            _ => super::output::format_extension(format).unwrap_or("out"),
+        };
+        let path = folded.with_extension(format!("allocations.{extension}"));
+        match write_file(&path, common.force, |out| {
+            render(allocations, weight, &run, out)
+        }) {
+            Ok(()) => eprintln!("memtrace: wrote {}", path.display()),
+            Err(err) => eprintln!(
+                "memtrace: warning: {err:#}; the allocations file `{}` is not written",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// `memtrace report FILE --allocations`: what draws the allocation paths
+/// of the capture's report `diagnosed` in `--format`, weighed by
+/// `--alloc-weight`.
+///
+/// # Errors
+/// `--per-process`, a format that does not weigh paths, or a capture
+/// recorded without `--allocations`.
+pub(super) fn report_renderer<'a>(
+    diagnosed: &'a Diagnosed,
+    args: &'a ReportArgs,
+) -> anyhow::Result<impl FnOnce(&mut dyn io::Write) -> anyhow::Result<()> + 'a> {
+    let format = Format::from(args.format);
+    if args.render.per_process {
+        anyhow::bail!("--allocations draws one file: --per-process does not apply");
+    }
+    let Some(render) = renderer(format) else {
+        anyhow::bail!(
+            "--allocations draws folded, flamegraph, speedscope or pprof, not `{}` (the table \
+             and the JSON carry the allocations without it)",
+            crate::report::format_name(format)
+        );
+    };
+    let Some(allocations) = &diagnosed.allocations else {
+        anyhow::bail!(
+            "`{}` holds no allocations: record it with `--allocations --capture`",
+            args.capture.display()
+        );
+    };
+    let weight = alloc_weight(args.alloc_weight);
+    Ok(move |out: &mut dyn io::Write| {
+        let run = ProfileRun {
+            command: &diagnosed.meta.command,
+            duration_ns: diagnosed.meta.duration_ns,
+            inverted: args.render.inverted,
+        };
+        render(allocations, weight, &run, out).context("cannot write the allocations")
+    })
+}
+
+/// The measure `--alloc-weight` names.
+fn alloc_weight(arg: AllocWeightArg) -> AllocWeight {
+    match arg {
+        AllocWeightArg::Allocated => AllocWeight::Allocated,
+        AllocWeightArg::Leaked => AllocWeight::Leaked,
+        AllocWeightArg::Peak => AllocWeight::Peak,
+    }
+}
+
+/// A renderer of allocator mode's report in one format.
+type Render =
+    fn(&AllocationsReport, AllocWeight, &ProfileRun<'_>, &mut dyn io::Write) -> io::Result<()>;
+
+/// The renderer of allocator mode's report in `format`, for the formats
+/// that weigh paths.
+fn renderer(format: Format) -> Option<Render> {
+    match format {
+        Format::Folded => {
+            Some(|report, weight, _, out| crate::allocations::render_folded(report, weight, out))
+        }
+        Format::Flamegraph => Some(crate::allocations::render_flamegraph),
+        Format::Speedscope => Some(crate::allocations::render_speedscope),
+        Format::Pprof => Some(crate::allocations::render_pprof),
+        Format::Table | Format::Json | Format::Html => None,
+    }
+}
+
+/// Creates `path` (replacing a file only with `force`) and writes it with
+/// `render`.
+fn write_file(
+    path: &Path,
+    force: bool,
+    render: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+) -> anyhow::Result<()> {
+    let file = output_file::create(path, force)
+        .with_context(|| format!("cannot create `{}`", path.display()))?;
+    let mut out = BufWriter::new(file);
+    render(&mut out).with_context(|| format!("cannot write `{}`", path.display()))?;
+    out.flush()
+        .with_context(|| format!("cannot write `{}`", path.display()))
 }
 
 /// Says why a process keeps the default mode only.
@@ -145,6 +305,23 @@ fn report_not_hooked(tgid: u32, reason: &str) {
         "memtrace: process {tgid}: its allocator cannot be hooked ({reason}); it keeps the \
          default mode (page faults, memory syscalls)"
     );
+}
+
+/// Whether `tgid`'s CPython allocator is pymalloc, from its environment at
+/// start ([`pymalloc_in`]); pymalloc when it cannot be read.
+fn uses_pymalloc(tgid: u32) -> bool {
+    std::fs::read(format!("/proc/{tgid}/environ")).map_or(true, |environ| pymalloc_in(&environ))
+}
+
+/// Whether a process with `environ` (NUL-separated `NAME=value`) runs
+/// pymalloc: unless `PYTHONMALLOC` names `malloc`, `malloc_debug` or
+/// `mimalloc` (`debug` and `pymalloc_debug` keep pymalloc under the debug
+/// hooks; `-X` options and later `os.environ` changes are not seen).
+fn pymalloc_in(environ: &[u8]) -> bool {
+    environ
+        .split(|&b| b == 0)
+        .find_map(|entry| entry.strip_prefix(b"PYTHONMALLOC="))
+        .is_none_or(|value| !(value.starts_with(b"malloc") || value.starts_with(b"mimalloc")))
 }
 
 /// The glibc `libc.so.6` that `tgid` maps, if any.
@@ -168,4 +345,19 @@ fn file_name(path: &Path) -> String {
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pymalloc_in;
+
+    #[test]
+    fn pythonmalloc_names_the_allocator() {
+        assert!(pymalloc_in(b"HOME=/root\0PATH=/bin\0"));
+        assert!(pymalloc_in(b"PYTHONMALLOC=debug\0"));
+        assert!(pymalloc_in(b"PYTHONMALLOC=pymalloc_debug"));
+        assert!(!pymalloc_in(b"HOME=/root\0PYTHONMALLOC=malloc\0"));
+        assert!(!pymalloc_in(b"PYTHONMALLOC=malloc_debug\0"));
+        assert!(!pymalloc_in(b"PYTHONMALLOC=mimalloc\0"));
+    }
 }

@@ -15,7 +15,7 @@ use super::session::{monotonic_ns, Session};
 use crate::{
     aggregate::{ExitStatus, RunMeta, Weight},
     capture,
-    cli::{AllocWeightArg, CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
+    cli::{CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
     diagnose::{self, Diagnosed},
     events::RecordReader,
     output_file,
@@ -29,13 +29,18 @@ impl Session {
     /// command's status, 128 + signal when a signal killed it), else
     /// success.
     pub(super) fn finish(
-        self,
+        mut self,
         reader: &RecordReader,
         common: &CommonArgs,
         command_status: Option<ExitStatus>,
     ) -> Result<ExitCode> {
         let end_ns = monotonic_ns().max(self.start_ns);
-        let allocations = self.allocations_report();
+        // The final allocations report, with the live set counted, goes
+        // into the capture before its `end` line.
+        let allocations = self.allocations_report(true);
+        if let Some(allocations) = &allocations {
+            self.recorder.allocations(allocations);
+        }
         let meta = RunMeta {
             command: self.command,
             // From the records' clock, so a replayed capture ends where
@@ -60,8 +65,7 @@ impl Session {
                 anyhow::Error::from(err)
             );
         }
-        let mut diagnosed = diagnose::diagnose(report);
-        diagnosed.allocations = allocations;
+        let diagnosed = diagnose::diagnose_with_allocations(report, allocations);
         let options = render_options(&common.render);
         let written = write_report_files(&diagnosed, options.weight, &common.output_dir);
         if let Some(written) = &written {
@@ -69,7 +73,12 @@ impl Session {
                 eprintln!("memtrace: wrote {}", path.display());
             }
             if let Some(allocations) = &diagnosed.allocations {
-                write_allocations_folded(allocations, common, &written.folded);
+                super::allocations::write_allocation_files(
+                    allocations,
+                    &diagnosed.meta,
+                    common,
+                    &written.folded,
+                );
             }
         }
         if let Some(reason) = stop {
@@ -86,37 +95,6 @@ impl Session {
                 .context("cannot print the report")?;
         }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
-    }
-}
-
-/// Writes the allocation folded stacks beside `folded`
-/// (`<stem>.allocations.folded`), weighed by `--alloc-weight`; a failure is
-/// a warning.
-fn write_allocations_folded(
-    allocations: &crate::allocations::AllocationsReport,
-    common: &CommonArgs,
-    folded: &Path,
-) {
-    use crate::allocations::AllocWeight;
-    let weight = match common.alloc_weight {
-        AllocWeightArg::Allocated => AllocWeight::Allocated,
-        AllocWeightArg::Leaked => AllocWeight::Leaked,
-        AllocWeightArg::Peak => AllocWeight::Peak,
-    };
-    let path = folded.with_extension("allocations.folded");
-    let written = output_file::create(&path, common.force)
-        .with_context(|| format!("cannot create `{}`", path.display()))
-        .and_then(|file| {
-            let mut out = BufWriter::new(file);
-            crate::allocations::render_folded(allocations, weight, &mut out)?;
-            out.flush()?;
-            Ok(())
-        });
-    match written {
-        Ok(()) => eprintln!("memtrace: wrote {}", path.display()),
-        Err(err) => {
-            eprintln!("memtrace: warning: {err:#}; the allocation folded stacks are not written")
-        }
     }
 }
 
@@ -146,9 +124,15 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
     for warning in &capture.warnings {
         eprintln!("memtrace: warning: {warning}");
     }
-    let diagnosed = diagnose::diagnose(capture::replay(&capture));
+    let diagnosed = diagnose::diagnose_with_allocations(
+        capture::replay(&capture),
+        capture.allocations().cloned(),
+    );
     let options = render_options(&args.render);
-    if args.render.per_process {
+    if args.allocations {
+        let render = super::allocations::report_renderer(&diagnosed, args)?;
+        write_output(args, render)?;
+    } else if args.render.per_process {
         let dir = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the folder `{}`", dir.display()))?;
@@ -163,34 +147,56 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
             eprintln!("memtrace: wrote {}", path.display());
         }
     } else {
-        render_to(&diagnosed, args, &options)?;
+        write_output(args, |out| {
+            render_with_allocations(&diagnosed, args.format.into(), &options, out)
+        })?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Renders `diagnosed` to `-o OUT` or standard output.
-fn render_to(diagnosed: &Diagnosed, args: &ReportArgs, options: &RenderOptions) -> Result<()> {
+/// Writes what `render` writes to `-o OUT` or standard output.
+fn write_output(
+    args: &ReportArgs,
+    render: impl FnOnce(&mut dyn io::Write) -> Result<()>,
+) -> Result<()> {
     match &args.output {
         Some(path) => {
             let file = output_file::create(path, args.force)
                 .with_context(|| format!("cannot create `{}`", path.display()))?;
             let mut out = BufWriter::new(file);
-            report::render(diagnosed, args.format.into(), options, &mut out)?;
+            render(&mut out)?;
             out.flush()
                 .with_context(|| format!("cannot write `{}`", path.display()))
         }
         None => {
             let mut out = io::stdout().lock();
-            report::render(diagnosed, args.format.into(), options, &mut out)?;
+            render(&mut out)?;
             out.flush().context("cannot write to standard output")
         }
     }
 }
 
+/// [`report::render`], and for the table the allocations section of a
+/// capture recorded with `--allocations` after it (the JSON has it as its
+/// `allocations` field).
+fn render_with_allocations(
+    diagnosed: &Diagnosed,
+    format: Format,
+    options: &RenderOptions,
+    out: &mut dyn io::Write,
+) -> Result<()> {
+    report::render(diagnosed, format, options, out)?;
+    if let (Format::Table, Some(allocations)) = (format, &diagnosed.allocations) {
+        crate::allocations::render_text(allocations, options.top, out)
+            .context("cannot print the allocations section")?;
+    }
+    Ok(())
+}
+
 /// File name ending of each `--format` written at the end of `record`/`run`
 /// (after the `memtrace-<UTC stamp>` stem of the folded and JSON files);
 /// `None` for the formats always written (folded, JSON).
-fn format_extension(format: Format) -> Option<&'static str> {
+pub(super) fn format_extension(format: Format) -> Option<&'static str> {
     match format {
         Format::Table => Some("txt"),
         Format::Flamegraph => Some("svg"),

@@ -140,6 +140,10 @@ impl Session {
             .exit_began(id, begin.header.ts_ns, by, &begin.counters);
         self.tree.exit_began(tgid);
         if let Some(tracker) = &mut self.allocations {
+            let anon = memtrace_common::MM_ANONPAGES;
+            if begin.counters.rss_known & (1 << anon) != 0 {
+                tracker.rss_anon(tgid, begin.counters.rss_bytes[anon]);
+            }
             tracker.exit_began(tgid);
         }
     }

@@ -17,7 +17,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
     aggregate::{Aggregator, ExitStatus, ProcessId, ProcessStart, Role},
-    allocations::AllocationTracker,
+    allocations::{AllocationTracker, AllocationsReport},
     bpf::{Tracer, TracerOptions},
     capture::{CaptureWriter, Header, Recorder, CAPTURE_VERSION, HELD_MAP_MAX_ENTRIES},
     cli::CommonArgs,
@@ -108,6 +108,9 @@ pub(super) struct Session {
     /// `--allocations`: the CPython binary whose allocator API is hooked,
     /// per process (a fork's child gets its parent's).
     pub(super) alloc_python_binary: std::collections::HashMap<u32, std::path::PathBuf>,
+    /// `--allocations --capture`: the allocations report last written to
+    /// the capture.
+    pub(super) alloc_captured: Option<AllocationsReport>,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
@@ -163,6 +166,7 @@ impl Session {
                 .allocations
                 .then(|| AllocationTracker::new(common.sample_bytes)),
             alloc_python_binary: std::collections::HashMap::new(),
+            alloc_captured: None,
         };
         if common.allocations {
             eprintln!("memtrace: {ALLOCATOR_MODE_COST}");
@@ -320,6 +324,7 @@ impl Session {
             self.held_map_peak.0.max(entries),
             self.held_map_peak.1.max(bytes),
         );
+        self.capture_allocations();
         self.recorder.flush();
         if let Some(err) = self.recorder.take_capture_error() {
             eprintln!(
@@ -374,6 +379,7 @@ impl Session {
                 if let Some(process) = self.tree.exit(tgid) {
                     self.recorder.process_exited(process.id, now_ns, None, None);
                     self.forget_tgid(tgid);
+                    self.alloc_exited(tgid);
                 }
             }
         }
@@ -390,6 +396,9 @@ impl Session {
             if let Some(id) = self.tree.id_of(*tgid) {
                 let sharing = self.sharing.read_now(*tgid);
                 self.recorder.counters(id, now_ns, counters, sharing);
+            }
+            if let Some(tracker) = &mut self.allocations {
+                tracker.rss_anon(*tgid, counters.rss_bytes[memtrace_common::MM_ANONPAGES]);
             }
         }
     }

@@ -11,7 +11,7 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 
 use aya::programs::{
-    uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
+    uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     UProbe,
 };
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
@@ -337,19 +337,21 @@ pub fn check_symbols(
 
 /// Attaches `phase`'s probes of `hooks` found at `offsets` in `path` for
 /// process `tgid` only, adding their links to `links` (the caller detaches
-/// them all on error).
+/// them all on error). `target` is the binary, its hooks and the cookie its
+/// entry probes carry (`memtrace_common::ALLOC_COOKIE_PYTHON_API` on
+/// [`PYTHON_HOOKS`]).
 ///
 /// # Errors
 /// [`AllocAttachError::ProgramMissing`], [`AllocAttachError::Attach`].
 pub fn attach_binary(
     ebpf: &mut aya::Ebpf,
     tgid: NonZeroU32,
-    target: (&Path, &[(&'static str, &'static str)]),
+    target: (&Path, &[(&'static str, &'static str)], Option<u64>),
     offsets: &HashMap<&'static str, u64>,
     phase: Phase,
     links: &mut Vec<AllocLink>,
 ) -> Result<(), AllocAttachError> {
-    let (path, hooks) = target;
+    let (path, hooks, cookie) = target;
     for &(symbol, program) in hooks {
         let Some(&offset) = offsets.get(symbol) else {
             continue;
@@ -359,16 +361,19 @@ pub fn attach_binary(
             Phase::Returns => RETURN_PROGRAM,
             Phase::Entries => program,
         };
-        links.push(attach_one(ebpf, program, symbol, offset, path, tgid)?);
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(offset),
+            cookie,
+        };
+        links.push(attach_one(ebpf, (program, symbol), point, path, tgid)?);
     }
     Ok(())
 }
 
 fn attach_one(
     ebpf: &mut aya::Ebpf,
-    program: &'static str,
-    symbol: &'static str,
-    offset: u64,
+    (program, symbol): (&'static str, &'static str),
+    point: UProbeAttachPoint<'_>,
     path: &Path,
     tgid: NonZeroU32,
 ) -> Result<AllocLink, AllocAttachError> {
@@ -377,11 +382,7 @@ fn attach_one(
         .and_then(|p| p.try_into().ok())
         .ok_or(AllocAttachError::ProgramMissing { program })?;
     let link = uprobe
-        .attach(
-            UProbeAttachLocation::AbsoluteOffset(offset),
-            path,
-            UProbeScope::OneProcess(tgid),
-        )
+        .attach(point, path, UProbeScope::OneProcess(tgid))
         .map_err(|source| AllocAttachError::Attach {
             program,
             symbol,

@@ -13,11 +13,12 @@ use aya::{
     Ebpf,
 };
 use memtrace_common::{
-    LiveBlock, LiveKey, ALLOC_EXP_DRAWS_LEN, ALLOC_EXP_DRAWS_MAP, ALLOC_LIVE_MAP, ALLOC_STATS_MAP,
-    ALLOC_STAT_CALLS, ALLOC_STAT_LIVE_FULL,
+    LiveBlock, LiveKey, ALLOC_COOKIE_PYTHON_API, ALLOC_EXP_DRAWS_LEN, ALLOC_EXP_DRAWS_MAP,
+    ALLOC_LIVE_MAP, ALLOC_STATS_MAP, ALLOC_STAT_CALLS, ALLOC_STAT_LIVE_FULL,
 };
 
 use super::alloc::{self, AllocAttachError, LIBC_HOOKS, PYTHON_HOOKS};
+use super::alloc_hooked::Claim;
 use super::{map_error, map_mut, program_error, program_mut, BpfError, Tracer};
 
 /// Allocator-mode counters of the kernel side, summed over CPUs.
@@ -31,9 +32,12 @@ pub struct AllocStats {
 
 impl Tracer {
     /// Allocator mode: attaches the allocator probes for process `tgid`
-    /// only, to the CPython allocator API in `python_binary` (its executable
-    /// or libpython) and to glibc's `malloc` family in `libc`. Returns the
-    /// binaries hooked. A process already hooked is left as it is.
+    /// (started at `start_time_ns`, boot-time ns) only, to the CPython
+    /// allocator API in `python_binary` (its executable or libpython) and to
+    /// glibc's `malloc` family in `libc`. Returns the binaries hooked. The
+    /// same process already hooked is left as it is; probes an earlier
+    /// process with the tgid left (its exit record was lost) are detached
+    /// and its blocks dropped from the live set first.
     ///
     /// # Errors
     /// [`AllocAttachError`] when neither binary has the symbols or an attach
@@ -41,23 +45,36 @@ impl Tracer {
     pub fn attach_allocator(
         &mut self,
         tgid: u32,
+        start_time_ns: u64,
         python_binary: Option<&Path>,
         libc: Option<&Path>,
     ) -> Result<Vec<PathBuf>, AllocAttachError> {
-        if self.alloc_links.contains_key(&tgid) {
-            return Ok(Vec::new());
+        match self.alloc_links.claim(tgid, start_time_ns) {
+            Claim::Hooked => return Ok(Vec::new()),
+            Claim::Free => {}
+            Claim::Stale(links) => {
+                alloc::detach(&mut self.ebpf, links);
+                self.drop_live_blocks(tgid);
+            }
         }
         let Some(pid) = NonZeroU32::new(tgid) else {
             return Ok(Vec::new());
         };
-        let candidates = [(python_binary, &PYTHON_HOOKS[..]), (libc, &LIBC_HOOKS[..])];
+        let candidates = [
+            (
+                python_binary,
+                &PYTHON_HOOKS[..],
+                Some(ALLOC_COOKIE_PYTHON_API),
+            ),
+            (libc, &LIBC_HOOKS[..], None),
+        ];
         let mut targets = Vec::new();
         let mut no_symbols = None;
-        for (path, hooks) in candidates {
+        for (path, hooks, cookie) in candidates {
             let Some(path) = path else { continue };
             let found = self.alloc_symbols.resolve(path, hooks).cloned();
             match found.and_then(|o| alloc::check_symbols(path, hooks, &o).map(|()| o)) {
-                Ok(offsets) => targets.push((path, hooks, offsets)),
+                Ok(offsets) => targets.push(((path, hooks, cookie), offsets)),
                 Err(err) => {
                     no_symbols.get_or_insert(err);
                 }
@@ -68,42 +85,61 @@ impl Tracer {
         }
         let mut links = Vec::new();
         for phase in [alloc::Phase::Returns, alloc::Phase::Entries] {
-            for (path, hooks, offsets) in &targets {
-                let target = (*path, *hooks);
+            for (target, offsets) in &targets {
                 let attached =
-                    alloc::attach_binary(&mut self.ebpf, pid, target, offsets, phase, &mut links);
+                    alloc::attach_binary(&mut self.ebpf, pid, *target, offsets, phase, &mut links);
                 if let Err(err) = attached {
                     alloc::detach(&mut self.ebpf, links);
                     return Err(err);
                 }
             }
         }
-        self.alloc_links.insert(tgid, links);
+        self.alloc_links.insert(tgid, start_time_ns, links);
         Ok(targets
             .iter()
-            .map(|(path, _, _)| path.to_path_buf())
+            .map(|((path, _, _), _)| path.to_path_buf())
             .collect())
     }
 
-    /// Allocator mode: detaches the probes of `tgid` (it exited) and drops
-    /// its blocks at `addrs` from the kernel's live set.
-    pub fn detach_allocator(&mut self, tgid: u32, addrs: &[u64]) {
-        if let Some(links) = self.alloc_links.remove(&tgid) {
+    /// Allocator mode: detaches the probes of `tgid` (it exited or exec'd)
+    /// and drops every block of it from the kernel's live set, including
+    /// blocks userspace never saw (sampled as its exit began, or whose
+    /// record was lost on a full ring buffer). Returns the blocks dropped.
+    pub fn detach_allocator(&mut self, tgid: u32) -> usize {
+        if let Some(links) = self.alloc_links.remove(tgid) {
             alloc::detach(&mut self.ebpf, links);
         }
+        self.drop_live_blocks(tgid)
+    }
+
+    /// Removes every `ALLOC_LIVE` entry of `tgid` (one pass over the map's
+    /// keys, at most its 65,536 entries); returns how many.
+    fn drop_live_blocks(&mut self, tgid: u32) -> usize {
         let Some(map) = self.ebpf.map_mut(ALLOC_LIVE_MAP) else {
-            return;
+            return 0;
         };
         let Ok(mut live) = HashMap::<&mut MapData, LiveKey, LiveBlock>::try_from(map) else {
-            return;
+            return 0;
         };
-        for &addr in addrs {
-            let _ = live.remove(&LiveKey {
-                tgid,
-                _pad: 0,
-                addr,
-            });
+        let keys: Vec<LiveKey> = live.keys().flatten().filter(|k| k.tgid == tgid).collect();
+        keys.iter().filter(|key| live.remove(key).is_ok()).count()
+    }
+
+    /// Allocator mode: the blocks in the kernel's live set, per tgid.
+    ///
+    /// # Errors
+    /// [`BpfError::MapMissing`] when allocator mode is off, [`BpfError::Map`].
+    pub fn alloc_live_blocks(&self) -> Result<std::collections::HashMap<u32, u64>, BpfError> {
+        let map = self.ebpf.map(ALLOC_LIVE_MAP).ok_or(BpfError::MapMissing {
+            map: ALLOC_LIVE_MAP,
+        })?;
+        let live = HashMap::<&MapData, LiveKey, LiveBlock>::try_from(map)
+            .map_err(|source| map_error(ALLOC_LIVE_MAP, "open".into(), source))?;
+        let mut blocks = std::collections::HashMap::new();
+        for key in live.keys().flatten() {
+            *blocks.entry(key.tgid).or_default() += 1;
         }
+        Ok(blocks)
     }
 
     /// Allocator-mode counters, summed over CPUs.

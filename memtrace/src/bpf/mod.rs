@@ -6,6 +6,7 @@
 
 pub mod alloc;
 mod alloc_attach;
+mod alloc_hooked;
 mod btf;
 #[cfg(test)]
 mod live_tests;
@@ -28,6 +29,7 @@ use memtrace_common::{
 
 use alloc::{AllocLink, SymbolOffsets};
 use alloc_attach::{fill_exp_draws, load_alloc_programs};
+use alloc_hooked::HookedProcesses;
 
 pub use alloc_attach::AllocStats;
 
@@ -303,7 +305,7 @@ pub struct Tracer {
     /// Allocator mode: symbol offsets per binary.
     alloc_symbols: SymbolOffsets,
     /// Allocator mode: the probes attached for each process.
-    alloc_links: std::collections::HashMap<u32, Vec<AllocLink>>,
+    alloc_links: HookedProcesses<AllocLink>,
 }
 
 impl Tracer {
@@ -369,7 +371,7 @@ impl Tracer {
             ebpf,
             finalize_attached: HashSet::new(),
             alloc_symbols: SymbolOffsets::default(),
-            alloc_links: std::collections::HashMap::new(),
+            alloc_links: HookedProcesses::default(),
         })
     }
 

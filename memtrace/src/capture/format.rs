@@ -14,6 +14,7 @@
 //! {"paths":{"ts_ns":..,"deltas":[[process,stack_id,{"growth_bytes":..,"held_bytes":..,"samples":..}],..]}}
 //! {"peaks":[[process,stack_id,held_at_peak_bytes],..]}
 //! {"held":{"process":0,"state":{"coarsening_level":..,"unplaced_bytes":..}}}
+//! {"allocations":{"sample_interval_bytes":..,"temporary_ns":..,"kernel":{..},"processes":[..]}}
 //! {"end":{"command":"..","duration_ns":..,..}}
 //! ```
 //!
@@ -32,6 +33,7 @@ use crate::aggregate::{
     ExitBegin, ExitStatus, Frame, HeldState, ProcessId, ProcessStart, PythonStatus, RunMeta,
     SampledBytes, Sharing, StackId,
 };
+use crate::allocations::AllocationsReport;
 
 /// Version of the capture format this build writes and reads (the value of
 /// [`Header::memtrace_capture`]). Version 2: processes are (tgid, start
@@ -81,6 +83,9 @@ pub enum Line {
     Peaks(Vec<PeakHeld>),
     /// What the held-page map says about an image (latest line wins).
     Held(HeldLine),
+    /// `--allocations`: allocator mode's report so far (latest line wins;
+    /// written at a flush when it changed, and at the end).
+    Allocations(Box<AllocationsReport>),
     /// The run ended normally; absent when the capture was cut off.
     End(RunMeta),
 }
@@ -95,9 +100,12 @@ impl Line {
             Self::Exit(e) => Some(e.ts_ns),
             Self::Counters(c) => Some(c.ts_ns),
             Self::Paths(p) => Some(p.ts_ns),
-            Self::Python(_) | Self::Stacks(_) | Self::Peaks(_) | Self::Held(_) | Self::End(_) => {
-                None
-            }
+            Self::Python(_)
+            | Self::Stacks(_)
+            | Self::Peaks(_)
+            | Self::Held(_)
+            | Self::Allocations(_)
+            | Self::End(_) => None,
         }
     }
 }

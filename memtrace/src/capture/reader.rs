@@ -33,6 +33,15 @@ pub struct Capture {
 }
 
 impl Capture {
+    /// Allocator mode's report, from the last `allocations` line read;
+    /// `None` without `--allocations`.
+    pub fn allocations(&self) -> Option<&crate::allocations::AllocationsReport> {
+        self.lines.iter().rev().find_map(|line| match line {
+            Line::Allocations(report) => Some(&**report),
+            _ => None,
+        })
+    }
+
     /// The `end` line's run facts; `None` when the capture was cut off.
     pub fn end(&self) -> Option<&RunMeta> {
         self.lines.iter().rev().find_map(|line| match line {

@@ -369,6 +369,19 @@ impl<W: Write> Recorder<W> {
         }
     }
 
+    /// Whether a capture file is being written.
+    pub fn capturing(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// `--allocations`: writes allocator mode's report so far to the
+    /// capture.
+    pub fn allocations(&mut self, report: &crate::allocations::AllocationsReport) {
+        if let Some(writer) = &mut self.writer {
+            writer.allocations(report);
+        }
+    }
+
     /// Live entries and estimated heap bytes of the held-page map now.
     pub fn held_map_size(&self) -> (u64, u64) {
         let stats = self.held.stats();

@@ -28,6 +28,7 @@ use crate::aggregate::{
     Aggregator, ExitBegin, ExitStatus, HeldState, ProcessId, ProcessStart, PythonStatus, RunMeta,
     SampledBytes, Sharing, StackId, INITIAL_PATH_BUCKET_NS,
 };
+use crate::allocations::AllocationsReport;
 
 /// Sampled bytes not yet written: all from one second of the run.
 #[derive(Debug, Default)]
@@ -225,6 +226,11 @@ impl<W: Write> CaptureWriter<W> {
     /// See [`crate::aggregate::Aggregator::held_state`].
     pub fn held(&mut self, process: ProcessId, state: HeldState) {
         self.write_line(&Line::Held(HeldLine { process, state }));
+    }
+
+    /// `--allocations`: allocator mode's report so far.
+    pub fn allocations(&mut self, report: &AllocationsReport) {
+        self.write_line(&Line::Allocations(Box::new(report.clone())));
     }
 
     /// Writes the pending sampled bytes (their new stacks read from

@@ -30,6 +30,9 @@ pub enum Pattern {
     /// A process grew but fits none of the patterns above (always weak;
     /// scope that process).
     UnmatchedGrowth,
+    /// A process keeps memory its allocator holds after the program freed
+    /// it (`--allocations` only: pymalloc arenas, glibc arenas or heap).
+    AllocatorFragmentation,
     /// Nothing grew enough to explain (scope tree).
     NoGrowth,
 }

@@ -34,13 +34,17 @@
 //!   [`Pattern::EveryWorkerLarge`] (the same un-shared pages), and that
 //!   finding comes first;
 //! - siblings are the last images of processes with the same parent image:
-//!   an image an execve replaced is diagnosed on its own, never compared.
+//!   an image an execve replaced is diagnosed on its own, never compared;
+//! - with `--allocations`, a process whose allocator holds the memory it
+//!   freed gets a [`Pattern::AllocatorFragmentation`] finding
+//!   (`fragmentation`) instead of a retention finding.
 
 mod causes;
 mod cow;
 mod draft;
 mod files;
 mod finding;
+mod fragmentation;
 mod memory;
 mod paths;
 mod process;
@@ -193,13 +197,26 @@ const RETOUCHED_RATIO: u64 = 2;
 
 /// Diagnoses `report`: its [`findings`], grouped into [`Cause`]s.
 pub fn diagnose(report: Report) -> Diagnosed {
-    let diagnosis = findings(&report);
+    diagnose_with_allocations(report, None)
+}
+
+/// [`diagnose`], with allocator mode's report (`--allocations`) when there
+/// is one: its fragmentation notes become findings, and it is kept in the
+/// result.
+pub fn diagnose_with_allocations(
+    report: Report,
+    allocations: Option<crate::allocations::AllocationsReport>,
+) -> Diagnosed {
+    let mut diagnosis = findings(&report);
+    if let Some(allocations) = &allocations {
+        fragmentation::add_findings(&report, allocations, &mut diagnosis);
+    }
     let causes = causes::causes(&report, &diagnosis);
     Diagnosed {
         report,
         diagnosis,
         causes,
-        allocations: None,
+        allocations,
     }
 }
 

@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use inferno::flamegraph::{self, color::BasicPalette, Direction, Options, Palette};
 
 use super::{folded, text, verdict, RenderOptions};
-use crate::aggregate::{ProcessId, Report, Weight};
+use crate::aggregate::{ProcessId, Report};
 use crate::diagnose::{Diagnosed, Scope};
 
 /// Width of the drawing (inferno's default), in pixels. The standalone SVG
@@ -78,25 +78,61 @@ fn draw(
         process,
         image_width.map(|_| MAX_INLINE_TITLE_COMMAND_CHARS),
     );
-    if lines.is_empty() {
-        return empty(&title, options.weight, out);
-    }
-    let mut inferno = Options::default();
-    inferno.title = title;
-    inferno.subtitle = match process {
+    let subtitle = match process {
         None => verdict_line(report),
         Some(id) => process_finding_line(report, id),
+    };
+    let drawing = Drawing {
+        title,
+        subtitle,
+        inverted: options.inverted,
+        image_width,
+        weight_described: options.weight.describe(),
+    };
+    draw_lines(&lines, drawing, out)
+}
+
+/// How [`draw_lines`] draws a graph.
+pub(crate) struct Drawing {
+    /// Its title.
+    pub title: String,
+    /// One line under the title, cut to fit, if any.
+    pub subtitle: Option<String>,
+    /// Drawn as an icicle graph.
+    pub inverted: bool,
+    /// Fixed width in pixels; `None` is inferno's fluid width.
+    pub image_width: Option<usize>,
+    /// Which bytes weigh the lines, as words (`held at peak`): said when no
+    /// line has any.
+    pub weight_described: &'static str,
+}
+
+/// Draws folded `lines` (`frame;frame;leaf BYTES`, sorted) as an SVG flame
+/// graph in bytes with inferno's memory palette, deterministic colours;
+/// with no lines, a small SVG that says so.
+///
+/// # Errors
+/// Any error of `out`.
+pub(crate) fn draw_lines(
+    lines: &[String],
+    drawing: Drawing,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    if lines.is_empty() {
+        return empty(&drawing.title, drawing.weight_described, out);
     }
-    .map(|line| subtitle(&line));
+    let mut inferno = Options::default();
+    inferno.title = drawing.title;
+    inferno.subtitle = drawing.subtitle.map(|line| subtitle(&line));
     inferno.count_name = "bytes".to_owned();
     inferno.colors = Palette::Basic(BasicPalette::Mem);
     inferno.deterministic = true;
-    inferno.direction = if options.inverted {
+    inferno.direction = if drawing.inverted {
         Direction::Inverted
     } else {
         Direction::Straight
     };
-    inferno.image_width = image_width;
+    inferno.image_width = drawing.image_width;
     flamegraph::from_lines(&mut inferno, lines.iter().map(String::as_str), out)
 }
 
@@ -156,9 +192,9 @@ fn title(
     title
 }
 
-/// A valid SVG holding `title` and a line saying no path has bytes of
-/// `weight` (inferno only draws an error message without input).
-fn empty(title: &str, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
+/// A valid SVG holding `title` and a line saying no path has bytes
+/// `weight_described` (inferno only draws an error message without input).
+fn empty(title: &str, weight_described: &str, out: &mut dyn Write) -> io::Result<()> {
     let middle = IMAGE_WIDTH / 2;
     writeln!(
         out,
@@ -173,8 +209,7 @@ fn empty(title: &str, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
         "<text x=\"{middle}\" y=\"48\" text-anchor=\"middle\" font-size=\"12\">\
-         no sampled path has bytes {}</text>",
-        weight.describe()
+         no sampled path has bytes {weight_described}</text>"
     )?;
     writeln!(out, "</svg>")
 }
@@ -182,6 +217,7 @@ fn empty(title: &str, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aggregate::Weight;
     use crate::report::fixtures::lifecycle_diagnosed;
     use crate::report::fixtures::{prefork_diagnosed, server_diagnosed};
 

@@ -41,112 +41,112 @@ fn default_sample_type(weight: Weight) -> &'static str {
 pub(crate) struct Profile {
     /// What each sample value means.
     #[prost(message, repeated, tag = "1")]
-    sample_type: Vec<ValueType>,
+    pub(crate) sample_type: Vec<ValueType>,
     /// One sample per (process, stack).
     #[prost(message, repeated, tag = "2")]
-    sample: Vec<Sample>,
+    pub(crate) sample: Vec<Sample>,
     /// One location per distinct frame.
     #[prost(message, repeated, tag = "4")]
-    location: Vec<Location>,
+    pub(crate) location: Vec<Location>,
     /// One function per distinct (name, file).
     #[prost(message, repeated, tag = "5")]
-    function: Vec<Function>,
+    pub(crate) function: Vec<Function>,
     /// Every string; `string_table[0]` is `""`.
     #[prost(string, repeated, tag = "6")]
-    string_table: Vec<String>,
+    pub(crate) string_table: Vec<String>,
     /// Length of the trace, in nanoseconds.
     #[prost(int64, tag = "10")]
-    duration_nanos: i64,
+    pub(crate) duration_nanos: i64,
     /// What the sampling period counts (`space`/`bytes`).
     #[prost(message, optional, tag = "11")]
-    period_type: Option<ValueType>,
+    pub(crate) period_type: Option<ValueType>,
     /// Mean bytes between samples.
     #[prost(int64, tag = "12")]
-    period: i64,
+    pub(crate) period: i64,
     /// Free text (the diagnosis), as string-table indices.
     #[prost(int64, repeated, tag = "13")]
-    comment: Vec<i64>,
+    pub(crate) comment: Vec<i64>,
     /// String-table index of the sample type shown by default.
     #[prost(int64, tag = "14")]
-    default_sample_type: i64,
+    pub(crate) default_sample_type: i64,
 }
 
 /// `ValueType` (fields 1, 2): string-table indices of a type and its unit.
 #[derive(Clone, PartialEq, Message)]
-struct ValueType {
+pub(crate) struct ValueType {
     /// e.g. `peak_space`.
     #[prost(int64, tag = "1")]
-    r#type: i64,
+    pub(crate) r#type: i64,
     /// e.g. `bytes`.
     #[prost(int64, tag = "2")]
-    unit: i64,
+    pub(crate) unit: i64,
 }
 
 /// `Sample` (fields 1, 2, 3).
 #[derive(Clone, PartialEq, Message)]
-struct Sample {
+pub(crate) struct Sample {
     /// Location ids, leaf (innermost frame) first.
     #[prost(uint64, repeated, tag = "1")]
-    location_id: Vec<u64>,
+    pub(crate) location_id: Vec<u64>,
     /// One value per sample type.
     #[prost(int64, repeated, tag = "2")]
-    value: Vec<i64>,
+    pub(crate) value: Vec<i64>,
     /// `tgid` (number), `process` (command) and `instance` (name) labels.
     #[prost(message, repeated, tag = "3")]
-    label: Vec<Label>,
+    pub(crate) label: Vec<Label>,
 }
 
 /// `Label` (fields 1, 2, 3): a string or a number under a key.
 #[derive(Clone, PartialEq, Message)]
-struct Label {
+pub(crate) struct Label {
     /// String-table index of the key.
     #[prost(int64, tag = "1")]
-    key: i64,
+    pub(crate) key: i64,
     /// String-table index of a string value (0 when numeric).
     #[prost(int64, tag = "2")]
-    str: i64,
+    pub(crate) str: i64,
     /// A numeric value.
     #[prost(int64, tag = "3")]
-    num: i64,
+    pub(crate) num: i64,
 }
 
 /// `Location` (fields 1, 4): one frame.
 #[derive(Clone, PartialEq, Message)]
-struct Location {
+pub(crate) struct Location {
     /// Nonzero id.
     #[prost(uint64, tag = "1")]
-    id: u64,
+    pub(crate) id: u64,
     /// The function and line.
     #[prost(message, repeated, tag = "4")]
-    line: Vec<Line>,
+    pub(crate) line: Vec<Line>,
 }
 
 /// `Line` (fields 1, 2).
 #[derive(Clone, PartialEq, Message)]
-struct Line {
+pub(crate) struct Line {
     /// Id of the function.
     #[prost(uint64, tag = "1")]
-    function_id: u64,
+    pub(crate) function_id: u64,
     /// Source line (0 when unknown).
     #[prost(int64, tag = "2")]
-    line: i64,
+    pub(crate) line: i64,
 }
 
 /// `Function` (fields 1, 2, 3, 4).
 #[derive(Clone, PartialEq, Message)]
-struct Function {
+pub(crate) struct Function {
     /// Nonzero id.
     #[prost(uint64, tag = "1")]
-    id: u64,
+    pub(crate) id: u64,
     /// String-table index of the name.
     #[prost(int64, tag = "2")]
-    name: i64,
+    pub(crate) name: i64,
     /// String-table index of the name as the system knows it (same).
     #[prost(int64, tag = "3")]
-    system_name: i64,
+    pub(crate) system_name: i64,
     /// String-table index of the source file (0 for native code).
     #[prost(int64, tag = "4")]
-    filename: i64,
+    pub(crate) filename: i64,
 }
 
 /// Writes `report` as a gzipped pprof profile: sample types
@@ -167,26 +167,12 @@ struct Function {
 /// # Errors
 /// Any error of `out`.
 pub fn render(report: &Diagnosed, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
-    let bytes = build(report, weight).encode_to_vec();
-    let mut gzip = GzEncoder::new(out, Compression::default());
-    gzip.write_all(&bytes)?;
-    gzip.finish()?;
-    Ok(())
+    write_gzipped(&build(report, weight), out)
 }
 
 /// Builds the profile message of `report`.
 fn build(report: &Diagnosed, weight: Weight) -> Profile {
-    let mut builder = Builder::default();
-    builder.strings.index("");
-    let sample_type = SAMPLE_TYPES
-        .iter()
-        .map(|(kind, unit)| builder.value_type(kind, unit))
-        .collect();
-    let (tgid_key, process_key, instance_key) = (
-        builder.strings.index("tgid"),
-        builder.strings.index("process"),
-        builder.strings.index("instance"),
-    );
+    let mut builder = Builder::new(&SAMPLE_TYPES);
     for path in &report.paths {
         let value = vec![
             signed(path.peak_held_bytes),
@@ -194,77 +180,189 @@ fn build(report: &Diagnosed, weight: Weight) -> Profile {
             signed(path.bytes.grown_bytes()),
             signed(path.bytes.cow_bytes),
         ];
-        if value.iter().all(|v| *v == 0) {
-            continue;
+        let process = SampleProcess {
+            tgid: report.tgid(path.process),
+            label: &report.label(path.process),
+            name: &report.name(path.process),
+        };
+        builder.sample(report.frames(path.stack).iter().rev(), value, &process);
+    }
+    let comment: Vec<String> = report
+        .diagnosis
+        .iter()
+        .flat_map(|finding| super::text::finding_lines(report, finding))
+        .collect();
+    builder.finish(&ProfileMeta {
+        comment,
+        duration_ns: report.meta.duration_ns,
+        sample_interval_bytes: report.meta.sample_interval_bytes,
+        default_sample_type: default_sample_type(weight),
+    })
+}
+
+/// A frame as pprof stores it: its function, file (empty for native code)
+/// and line (0 when unknown). Keys of the location table: equal frames
+/// share one location.
+pub(crate) trait ProfileFrame: Eq + std::hash::Hash {
+    /// `(function, file, line)`.
+    fn function_file_line(&self) -> (String, String, i64);
+}
+
+impl ProfileFrame for Frame {
+    /// Python frames with their file and line; native frames, mappings and
+    /// unknown frames as names without a file.
+    fn function_file_line(&self) -> (String, String, i64) {
+        match self {
+            Frame::Python {
+                function,
+                file,
+                line,
+            } => (function.clone(), file.clone(), i64::from(*line)),
+            Frame::Native { symbol, .. } => (symbol.clone(), String::new(), 0),
+            Frame::Mapping { .. } | Frame::Unknown { .. } => (self.to_string(), String::new(), 0),
         }
-        let location_id = report
-            .frames(path.stack)
+    }
+}
+
+impl ProfileFrame for String {
+    /// A frame already written as text (allocator mode's stacks): its text
+    /// is the function, without a file.
+    fn function_file_line(&self) -> (String, String, i64) {
+        (self.clone(), String::new(), 0)
+    }
+}
+
+/// The process a sample belongs to, as its labels name it.
+pub(crate) struct SampleProcess<'s> {
+    /// `tgid` label (number).
+    pub tgid: u32,
+    /// `process` label: its command.
+    pub label: &'s str,
+    /// `instance` label: which process on that tgid.
+    pub name: &'s str,
+}
+
+/// The profile's fields besides its samples.
+pub(crate) struct ProfileMeta {
+    /// Comment lines (`go tool pprof -comments`).
+    pub comment: Vec<String>,
+    /// Length of the trace, in ns.
+    pub duration_ns: u64,
+    /// Mean bytes between samples.
+    pub sample_interval_bytes: u64,
+    /// The sample type shown by default (one of the builder's).
+    pub default_sample_type: &'static str,
+}
+
+/// Writes `profile` gzipped (no timestamp in the gzip header).
+pub(crate) fn write_gzipped(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
+    let mut gzip = GzEncoder::new(out, Compression::default());
+    gzip.write_all(&profile.encode_to_vec())?;
+    gzip.finish()?;
+    Ok(())
+}
+
+/// `value` as protobuf int64, saturated.
+pub(crate) fn signed(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The profile's tables, each entry added once on first use; frames of
+/// type `F`.
+pub(crate) struct Builder<'a, F> {
+    strings: StringTable,
+    sample_types: Vec<ValueType>,
+    label_keys: [i64; 3],
+    samples: Vec<Sample>,
+    locations: Vec<Location>,
+    location_ids: HashMap<&'a F, u64>,
+    functions: Vec<Function>,
+    function_ids: HashMap<(String, String), u64>,
+}
+
+impl<'a, F: ProfileFrame> Builder<'a, F> {
+    /// A profile whose samples have one value per `(type, unit)` of
+    /// `sample_types`, in that order.
+    pub(crate) fn new(sample_types: &[(&str, &str)]) -> Self {
+        let mut builder = Self {
+            strings: StringTable::default(),
+            sample_types: Vec::new(),
+            label_keys: [0; 3],
+            samples: Vec::new(),
+            locations: Vec::new(),
+            location_ids: HashMap::new(),
+            functions: Vec::new(),
+            function_ids: HashMap::new(),
+        };
+        builder.strings.index("");
+        builder.sample_types = sample_types
             .iter()
-            .rev()
-            .map(|frame| builder.location(frame))
+            .map(|(kind, unit)| builder.value_type(kind, unit))
             .collect();
+        builder.label_keys = ["tgid", "process", "instance"].map(|k| builder.strings.index(k));
+        builder
+    }
+
+    /// One sample of `process` at `frames` (leaf first) with `value` (one
+    /// per sample type); none when every value is 0.
+    pub(crate) fn sample(
+        &mut self,
+        frames: impl Iterator<Item = &'a F>,
+        value: Vec<i64>,
+        process: &SampleProcess<'_>,
+    ) {
+        if value.iter().all(|v| *v == 0) {
+            return;
+        }
+        let location_id = frames.map(|frame| self.location(frame)).collect();
+        let [tgid_key, process_key, instance_key] = self.label_keys;
         let label = vec![
             Label {
                 key: tgid_key,
-                num: i64::from(report.tgid(path.process)),
+                num: i64::from(process.tgid),
                 ..Label::default()
             },
             Label {
                 key: process_key,
-                str: builder.strings.index(&report.label(path.process)),
+                str: self.strings.index(process.label),
                 ..Label::default()
             },
             Label {
                 key: instance_key,
-                str: builder.strings.index(&report.name(path.process)),
+                str: self.strings.index(process.name),
                 ..Label::default()
             },
         ];
-        builder.samples.push(Sample {
+        self.samples.push(Sample {
             location_id,
             value,
             label,
         });
     }
-    let comment = report
-        .diagnosis
-        .iter()
-        .flat_map(|finding| super::text::finding_lines(report, finding))
-        .map(|line| builder.strings.index(&line))
-        .collect();
-    let period_type = Some(builder.value_type("space", "bytes"));
-    let default_sample_type = builder.strings.index(default_sample_type(weight));
-    Profile {
-        sample_type,
-        sample: builder.samples,
-        location: builder.locations,
-        function: builder.functions,
-        string_table: builder.strings.strings,
-        duration_nanos: signed(report.meta.duration_ns),
-        period_type,
-        period: signed(report.meta.sample_interval_bytes),
-        comment,
-        default_sample_type,
+
+    /// The profile, with `meta`.
+    pub(crate) fn finish(mut self, meta: &ProfileMeta) -> Profile {
+        let comment = meta
+            .comment
+            .iter()
+            .map(|line| self.strings.index(line))
+            .collect();
+        let period_type = Some(self.value_type("space", "bytes"));
+        let default_sample_type = self.strings.index(meta.default_sample_type);
+        Profile {
+            sample_type: self.sample_types,
+            sample: self.samples,
+            location: self.locations,
+            function: self.functions,
+            string_table: self.strings.strings,
+            duration_nanos: signed(meta.duration_ns),
+            period_type,
+            period: signed(meta.sample_interval_bytes),
+            comment,
+            default_sample_type,
+        }
     }
-}
 
-/// `value` as protobuf int64, saturated.
-fn signed(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// The profile's tables, each entry added once on first use.
-#[derive(Default)]
-struct Builder<'a> {
-    strings: StringTable,
-    samples: Vec<Sample>,
-    locations: Vec<Location>,
-    location_ids: HashMap<&'a Frame, u64>,
-    functions: Vec<Function>,
-    function_ids: HashMap<(String, String), u64>,
-}
-
-impl<'a> Builder<'a> {
     fn value_type(&mut self, kind: &str, unit: &str) -> ValueType {
         ValueType {
             r#type: self.strings.index(kind),
@@ -273,19 +371,11 @@ impl<'a> Builder<'a> {
     }
 
     /// Id of the location of `frame` (ids start at 1).
-    fn location(&mut self, frame: &'a Frame) -> u64 {
+    fn location(&mut self, frame: &'a F) -> u64 {
         if let Some(id) = self.location_ids.get(frame) {
             return *id;
         }
-        let (name, file, line) = match frame {
-            Frame::Python {
-                function,
-                file,
-                line,
-            } => (function.clone(), file.clone(), i64::from(*line)),
-            Frame::Native { symbol, .. } => (symbol.clone(), String::new(), 0),
-            Frame::Mapping { .. } | Frame::Unknown { .. } => (frame.to_string(), String::new(), 0),
-        };
+        let (name, file, line) = frame.function_file_line();
         let function_id = self.function(name, file);
         let id = next_id(self.locations.len());
         self.locations.push(Location {

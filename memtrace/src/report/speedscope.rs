@@ -10,7 +10,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::aggregate::{Frame, PathReport, ProcessReport, Report, Weight};
+use crate::aggregate::{Frame, Weight};
 use crate::diagnose::Diagnosed;
 
 /// The `$schema` value every speedscope file carries.
@@ -37,7 +37,7 @@ struct Shared<'a> {
 
 /// `FileFormat.Frame`: a name and, for Python, the file and line.
 #[derive(Serialize)]
-struct SpeedscopeFrame<'a> {
+pub(crate) struct SpeedscopeFrame<'a> {
     name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     file: Option<&'a str>,
@@ -62,8 +62,9 @@ struct SampledProfile {
 
 /// Writes `report` as a speedscope file (compact JSON and a newline): one
 /// sampled profile per process image with `weight` bytes (in the order of
-/// [`Report::processes`], named `<command> (tgid N)` with
-/// [`ProcessReport::name`], so two processes on one tgid are two profiles),
+/// [`Report::processes`](crate::aggregate::Report::processes), named
+/// `<command> (tgid N)` with
+/// [`ProcessReport::name`](crate::aggregate::ProcessReport::name), so two processes on one tgid are two profiles),
 /// one sample per path weighted by its `weight` bytes, `endValue` the
 /// image's total. The file's name says the weight and the top finding. The
 /// profile shown first is the image with the most bytes (the first of
@@ -73,34 +74,17 @@ struct SampledProfile {
 /// # Errors
 /// Any error of `out`.
 pub fn render(report: &Diagnosed, weight: Weight, out: &mut dyn Write) -> io::Result<()> {
-    let file = build(report, weight);
-    serde_json::to_writer(&mut *out, &file)?;
-    writeln!(out)
-}
-
-fn build(report: &Diagnosed, weight: Weight) -> File<'_> {
-    let mut frames = FrameTable::default();
-    let mut profiles = Vec::new();
-    let mut active = (0, 0);
+    let mut file = FileBuilder::default();
     for process in &report.processes {
-        let Some(profile) = profile(report, process, weight, &mut frames) else {
-            continue;
-        };
-        if profile.end_value > active.1 {
-            active = (profiles.len(), profile.end_value);
-        }
-        profiles.push(profile);
+        let paths = report
+            .paths
+            .iter()
+            .filter(|p| p.process == process.id)
+            .map(|p| (report.frames(p.stack), p.weight_bytes(weight)));
+        let name = format!("{} ({})", process.label(), process.name());
+        file.profile(name, paths);
     }
-    File {
-        schema: SCHEMA,
-        shared: Shared {
-            frames: frames.frames,
-        },
-        profiles,
-        name: file_name(report, weight),
-        active_profile_index: active.0,
-        exporter: format!("memtrace {}", env!("CARGO_PKG_VERSION")),
-    }
+    file.write(file_name(report, weight), out)
 }
 
 /// The file's name, shown as speedscope's title: the run, and the top
@@ -117,86 +101,134 @@ fn file_name(report: &Diagnosed, weight: Weight) -> String {
     }
 }
 
-/// The profile of `process`; `None` when it has no `weight` bytes.
-fn profile<'a>(
-    report: &'a Report,
-    process: &ProcessReport,
-    weight: Weight,
-    frames: &mut FrameTable<'a>,
-) -> Option<SampledProfile> {
-    let paths: Vec<&PathReport> = report
-        .paths
-        .iter()
-        .filter(|p| p.process == process.id && p.weight_bytes(weight) > 0)
-        .collect();
-    if paths.is_empty() {
-        return None;
+/// A speedscope file being built, its frames of type `F` shared by its
+/// profiles.
+pub(crate) struct FileBuilder<'a, F> {
+    frames: FrameTable<'a, F>,
+    profiles: Vec<SampledProfile>,
+    /// The profile with the most bytes (the first on a tie), and its bytes.
+    active: (usize, u64),
+}
+
+impl<F> Default for FileBuilder<'_, F> {
+    fn default() -> Self {
+        Self {
+            frames: FrameTable {
+                frames: Vec::new(),
+                index: HashMap::new(),
+            },
+            profiles: Vec::new(),
+            active: (0, 0),
+        }
     }
-    let samples = paths
-        .iter()
-        .map(|p| {
-            report
-                .frames(p.stack)
-                .iter()
-                .map(|f| frames.index(f))
-                .collect()
-        })
-        .collect();
-    let weights: Vec<u64> = paths.iter().map(|p| p.weight_bytes(weight)).collect();
-    Some(SampledProfile {
-        kind: "sampled",
-        name: format!("{} ({})", process.label(), process.name()),
-        unit: "bytes",
-        start_value: 0,
-        end_value: weights.iter().fold(0, |sum: u64, w| sum.saturating_add(*w)),
-        samples,
-        weights,
-    })
+}
+
+impl<'a, F: ScopeFrame> FileBuilder<'a, F> {
+    /// Adds the profile `name` of `paths` (frames outermost first, bytes);
+    /// paths of 0 bytes are left out, and a profile without bytes.
+    pub(crate) fn profile(&mut self, name: String, paths: impl Iterator<Item = (&'a [F], u64)>) {
+        let mut samples = Vec::new();
+        let mut weights: Vec<u64> = Vec::new();
+        for (frames, bytes) in paths.filter(|(_, bytes)| *bytes > 0) {
+            samples.push(frames.iter().map(|f| self.frames.index(f)).collect());
+            weights.push(bytes);
+        }
+        if samples.is_empty() {
+            return;
+        }
+        let end_value = weights.iter().fold(0, |sum: u64, w| sum.saturating_add(*w));
+        if end_value > self.active.1 {
+            self.active = (self.profiles.len(), end_value);
+        }
+        self.profiles.push(SampledProfile {
+            kind: "sampled",
+            name,
+            unit: "bytes",
+            start_value: 0,
+            end_value,
+            samples,
+            weights,
+        });
+    }
+
+    /// Writes the file named `name` (compact JSON and a newline).
+    pub(crate) fn write(self, name: String, out: &mut dyn Write) -> io::Result<()> {
+        let file = File {
+            schema: SCHEMA,
+            shared: Shared {
+                frames: self.frames.frames,
+            },
+            profiles: self.profiles,
+            name,
+            active_profile_index: self.active.0,
+            exporter: format!("memtrace {}", env!("CARGO_PKG_VERSION")),
+        };
+        serde_json::to_writer(&mut *out, &file)?;
+        writeln!(out)
+    }
 }
 
 /// Shared frames in order of first use, each once.
-#[derive(Default)]
-struct FrameTable<'a> {
+struct FrameTable<'a, F> {
     frames: Vec<SpeedscopeFrame<'a>>,
-    index: HashMap<&'a Frame, usize>,
+    index: HashMap<&'a F, usize>,
 }
 
-impl<'a> FrameTable<'a> {
+impl<'a, F: ScopeFrame> FrameTable<'a, F> {
     /// Index of `frame`, added on first use.
-    fn index(&mut self, frame: &'a Frame) -> usize {
+    fn index(&mut self, frame: &'a F) -> usize {
         if let Some(index) = self.index.get(frame) {
             return *index;
         }
         let index = self.frames.len();
-        self.frames.push(speedscope_frame(frame));
+        self.frames.push(frame.speedscope_frame());
         self.index.insert(frame, index);
         index
     }
 }
 
-/// Python frames keep file and line (speedscope shows them); native and
-/// unknown frames are names only.
-fn speedscope_frame(frame: &Frame) -> SpeedscopeFrame<'_> {
-    match frame {
-        Frame::Python {
-            function,
-            file,
-            line,
-        } => SpeedscopeFrame {
-            name: function.clone(),
-            file: Some(file),
-            line: Some(*line),
-        },
-        Frame::Native { symbol, .. } => SpeedscopeFrame {
-            name: symbol.clone(),
+/// A frame as speedscope shows it; equal frames are one shared frame.
+pub(crate) trait ScopeFrame: Eq + std::hash::Hash {
+    /// Its name, and file and line when known.
+    fn speedscope_frame(&self) -> SpeedscopeFrame<'_>;
+}
+
+impl ScopeFrame for Frame {
+    /// Python frames keep file and line (speedscope shows them); native and
+    /// unknown frames are names only.
+    fn speedscope_frame(&self) -> SpeedscopeFrame<'_> {
+        match self {
+            Frame::Python {
+                function,
+                file,
+                line,
+            } => SpeedscopeFrame {
+                name: function.clone(),
+                file: Some(file),
+                line: Some(*line),
+            },
+            Frame::Native { symbol, .. } => SpeedscopeFrame {
+                name: symbol.clone(),
+                file: None,
+                line: None,
+            },
+            Frame::Mapping { .. } | Frame::Unknown { .. } => SpeedscopeFrame {
+                name: self.to_string(),
+                file: None,
+                line: None,
+            },
+        }
+    }
+}
+
+impl ScopeFrame for String {
+    /// A frame already written as text (allocator mode's stacks): a name.
+    fn speedscope_frame(&self) -> SpeedscopeFrame<'_> {
+        SpeedscopeFrame {
+            name: self.clone(),
             file: None,
             line: None,
-        },
-        Frame::Mapping { .. } | Frame::Unknown { .. } => SpeedscopeFrame {
-            name: frame.to_string(),
-            file: None,
-            line: None,
-        },
+        }
     }
 }
 

@@ -31,6 +31,7 @@ pub(crate) fn pattern_name(pattern: Pattern) -> &'static str {
         Pattern::FileBackedGrowth => "file-backed growth",
         Pattern::CowUnsharing => "copy-on-write un-sharing",
         Pattern::UnmatchedGrowth => "unmatched growth",
+        Pattern::AllocatorFragmentation => "allocator fragmentation",
         Pattern::NoGrowth => "no growth",
     }
 }

@@ -193,3 +193,50 @@ fn corrupt_lines_inside_the_file_are_skipped_with_a_counted_warning() {
     );
     assert!(err.to_string().contains("corrupt at line 1"), "{err}");
 }
+
+/// Allocator mode's report after `kept_mib` MiB kept by one process.
+fn allocations(kept_mib: u64) -> crate::allocations::AllocationsReport {
+    use crate::allocations::{AllocationTracker, KernelAllocStats, SampledBlock};
+    let mut tracker = AllocationTracker::new(512 * 1024);
+    tracker.process_started(101, 7, 0);
+    tracker.hooked(101, vec!["libc.so.6".into()], 0, true);
+    let block = SampledBlock {
+        addr: 0x1000,
+        size_bytes: kept_mib * MIB,
+        ..SampledBlock::default()
+    };
+    tracker.alloc(101, block, vec!["keep (app.py:3)".to_owned()]);
+    tracker.report(KernelAllocStats::default())
+}
+
+#[test]
+fn the_latest_whole_allocations_line_survives_a_cut_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.capture");
+    let file = std::fs::File::create(&path).unwrap();
+    let mut feed = recorder(&path, io::BufWriter::new(file));
+    let end_ns = synthetic_run(&mut feed);
+    let (first, second) = (allocations(8), allocations(16));
+    feed.allocations(&first);
+    feed.flush();
+    feed.allocations(&second);
+    finish(feed, end_ns);
+    let complete = read(&path).unwrap();
+    assert_eq!(complete.allocations(), Some(&second));
+    // Cut in the middle of the second allocations line (before `end`).
+    let whole = std::fs::read(&path).unwrap();
+    let second_at = line_starts(&whole)
+        .into_iter()
+        .rfind(|&at| whole[at..].starts_with(b"{\"allocations\""))
+        .unwrap();
+    std::fs::write(&path, &whole[..second_at + 40]).unwrap();
+    let capture = read(&path).unwrap();
+    assert_eq!(capture.allocations(), Some(&first));
+    assert!(matches!(
+        capture.warnings[0],
+        CaptureWarning::TruncatedLastLine { .. }
+    ));
+    // A capture without allocator mode has none.
+    write_synthetic(&path);
+    assert_eq!(read(&path).unwrap().allocations(), None);
+}
