@@ -3,15 +3,12 @@
 //! become, per process and per path (Python stack), the bytes allocated,
 //! freed, leaked (still live at the end), live at the process's high-water
 //! mark, and temporary (freed within [`TEMPORARY_NS`]). The result,
-//! [`AllocationsReport`], goes into the JSON report, a terminal section
-//! (`render`), folded stacks (`folded`) and the flame graph, speedscope and
-//! pprof files (`profiles`); `fragmentation` says when the allocator, not
-//! the program, holds the memory.
+//! [`AllocationsReport`], goes into the diagnosis and the JSON report, and
+//! `report::allocations` draws its terminal section and files;
+//! `fragmentation` says when the allocator, not the program, holds the
+//! memory.
 
-mod folded;
 mod fragmentation;
-mod profiles;
-mod render;
 #[cfg(test)]
 mod tests;
 
@@ -19,13 +16,10 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-pub use folded::{render_folded, AllocWeight};
 pub use fragmentation::{
     Fragmentation, FragmentationKind, FRAGMENTATION_LIVE_FRACTION, FRAGMENTATION_MIN_GAP_BYTES,
     PYMALLOC_MAX_BYTES,
 };
-pub use profiles::{render_flamegraph, render_pprof, render_speedscope, ProfileRun};
-pub use render::render_text;
 
 /// A block freed within this many nanoseconds of its allocation counts as
 /// temporary: 1 s, memray's order of magnitude for short-lived churn (its

@@ -14,12 +14,13 @@ use memtrace_common::{AllocRecord, ForkRecord, FreeRecord, ALLOC_PYTHON_API, ALL
 
 use super::session::{monotonic_ns, Session};
 use crate::aggregate::RunMeta;
-use crate::allocations::{
-    AllocWeight, AllocationsReport, KernelAllocStats, ProfileRun, SampledBlock,
-};
+use crate::allocations::{AllocationsReport, KernelAllocStats, SampledBlock};
 use crate::cli::{AllocWeightArg, CommonArgs, ReportArgs};
 use crate::diagnose::Diagnosed;
 use crate::output_file;
+use crate::report::allocations::{
+    render_flamegraph, render_folded, render_pprof, render_speedscope, AllocWeight, ProfileRun,
+};
 use crate::report::Format;
 
 impl Session {
@@ -274,12 +275,10 @@ type Render =
 /// that weigh paths.
 fn renderer(format: Format) -> Option<Render> {
     match format {
-        Format::Folded => {
-            Some(|report, weight, _, out| crate::allocations::render_folded(report, weight, out))
-        }
-        Format::Flamegraph => Some(crate::allocations::render_flamegraph),
-        Format::Speedscope => Some(crate::allocations::render_speedscope),
-        Format::Pprof => Some(crate::allocations::render_pprof),
+        Format::Folded => Some(|report, weight, _, out| render_folded(report, weight, out)),
+        Format::Flamegraph => Some(render_flamegraph),
+        Format::Speedscope => Some(render_speedscope),
+        Format::Pprof => Some(render_pprof),
         Format::Table | Format::Json | Format::Html => None,
     }
 }

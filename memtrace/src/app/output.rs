@@ -91,7 +91,7 @@ impl Session {
         }
         .context("cannot print the report")?;
         if let Some(allocations) = &diagnosed.allocations {
-            crate::allocations::render_text(allocations, options.top, &mut stdout)
+            report::allocations::render_text(allocations, options.top, &mut stdout)
                 .context("cannot print the report")?;
         }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
@@ -187,7 +187,7 @@ fn render_with_allocations(
 ) -> Result<()> {
     report::render(diagnosed, format, options, out)?;
     if let (Format::Table, Some(allocations)) = (format, &diagnosed.allocations) {
-        crate::allocations::render_text(allocations, options.top, out)
+        report::allocations::render_text(allocations, options.top, out)
             .context("cannot print the allocations section")?;
     }
     Ok(())

@@ -11,6 +11,7 @@
 //! an output folder; [`render_per_process`] writes one flame graph per
 //! process image.
 
+pub mod allocations;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod flamegraph;

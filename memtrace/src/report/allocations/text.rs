@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::{AllocationsReport, HookStatus, ProcessAllocations, INLINED_REMEDY};
+use crate::allocations::{AllocationsReport, HookStatus, ProcessAllocations, INLINED_REMEDY};
 use crate::units::format_bytes;
 
 /// Innermost frames of a path shown, outermost first (`a -> b -> c`).

@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::{AllocationsReport, PathAllocations};
+use crate::allocations::{AllocationsReport, PathAllocations};
 
 /// Which bytes weigh a path in the folded stacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

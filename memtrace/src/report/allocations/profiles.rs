@@ -7,7 +7,8 @@
 
 use std::io::{self, Write};
 
-use super::{folded, AllocWeight, AllocationsReport, ProcessAllocations};
+use super::{folded, AllocWeight};
+use crate::allocations::{AllocationsReport, ProcessAllocations};
 use crate::report::{flamegraph, pprof, speedscope};
 
 /// pprof sample types, in the order of each sample's values, all sampled

@@ -1,0 +1,192 @@
+//! Unit tests of allocator mode's files: folded stacks, pprof, speedscope
+//! and the flame graph, drawn from synthetic reports (no kernel).
+
+use super::*;
+use crate::allocations::{
+    sample_weight_bytes, AllocationTracker, AllocationsReport, KernelAllocStats, SampledBlock,
+};
+
+const MIB: u64 = 1 << 20;
+const MEAN: u64 = 512 * 1024;
+
+/// The weight of a sampled block of `size` at [`MEAN`].
+fn w(size: u64) -> f64 {
+    sample_weight_bytes(size, MEAN)
+}
+
+/// A sampled glibc block (not through CPython's allocator API).
+fn block(ts_ns: u64, addr: u64, size_bytes: u64) -> SampledBlock {
+    SampledBlock {
+        ts_ns,
+        addr,
+        size_bytes,
+        ..SampledBlock::default()
+    }
+}
+
+fn stack(name: &str) -> Vec<String> {
+    vec![
+        "<module> (app.py:1)".to_owned(),
+        format!("{name} (app.py:9)"),
+    ]
+}
+
+#[test]
+fn folded_stacks_carry_the_chosen_weight() {
+    let mut tracker = AllocationTracker::new(MEAN);
+    tracker.process_started(7, 0, 0);
+    tracker.alloc(7, block(0, 0x1, 8 * MIB), stack("kept;odd"));
+    tracker.alloc(7, block(0, 0x2, 4 * MIB), stack("freed"));
+    tracker.free(7, 0, 0x2);
+    let report = tracker.report(KernelAllocStats::default());
+    let folded = |weight| {
+        let mut out = Vec::new();
+        render_folded(&report, weight, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let kept = format!(
+        "tgid 7;<module> (app.py:1);kept,odd (app.py:9) {}",
+        w(8 * MIB).round()
+    );
+    assert_eq!(folded(AllocWeight::Leaked), format!("{kept}\n"));
+    let allocated = folded(AllocWeight::Allocated);
+    assert!(allocated.contains(&kept), "{allocated}");
+    assert!(
+        allocated.contains(&format!("freed (app.py:9) {}", w(4 * MIB).round())),
+        "{allocated}"
+    );
+    assert_eq!(folded(AllocWeight::Peak), allocated);
+}
+
+/// Two processes with kept, freed and peak bytes on three paths.
+fn two_process_report() -> AllocationsReport {
+    let mut tracker = AllocationTracker::new(MEAN);
+    for tgid in [1, 2] {
+        tracker.process_started(tgid, u64::from(tgid), 0);
+        tracker.hooked(tgid, vec!["libc.so.6".into()], 0, true);
+    }
+    tracker.alloc(1, block(0, 0x1, 8 * MIB), stack("kept"));
+    tracker.alloc(1, block(0, 0x2, 4 * MIB), stack("freed"));
+    tracker.free(1, 2_000_000_000, 0x2);
+    tracker.alloc(2, block(0, 0x1, 2 * MIB), stack("kept"));
+    tracker.report(KernelAllocStats::default())
+}
+
+const RUN: ProfileRun<'static> = ProfileRun {
+    command: "python app.py",
+    duration_ns: 3_000_000_000,
+    inverted: false,
+};
+
+const WEIGHTS: [AllocWeight; 3] = [
+    AllocWeight::Allocated,
+    AllocWeight::Leaked,
+    AllocWeight::Peak,
+];
+
+/// The report's total of `weight`, over every process.
+fn total(report: &AllocationsReport, weight: AllocWeight) -> u64 {
+    let totals: Vec<u64> = report
+        .processes
+        .iter()
+        .map(|p| match weight {
+            AllocWeight::Allocated => p.allocated_bytes,
+            AllocWeight::Leaked => p.leaked_bytes,
+            AllocWeight::Peak => p.peak_bytes,
+        })
+        .collect();
+    totals.iter().sum()
+}
+
+#[test]
+fn pprof_decodes_and_each_sample_type_sums_to_the_reports_total() {
+    use prost::Message as _;
+    use std::io::Read as _;
+    let report = two_process_report();
+    for weight in WEIGHTS {
+        let mut gz = Vec::new();
+        render_pprof(&report, weight, &RUN, &mut gz).unwrap();
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_end(&mut raw)
+            .unwrap();
+        let profile = crate::report::pprof::Profile::decode(raw.as_slice()).unwrap();
+        let string = |i: i64| profile.string_table[usize::try_from(i).unwrap()].clone();
+        let types: Vec<String> = profile
+            .sample_type
+            .iter()
+            .map(|t| string(t.r#type))
+            .collect();
+        assert_eq!(types, ["alloc_space", "inuse_space", "peak_space"]);
+        for (index, measure) in WEIGHTS.into_iter().enumerate() {
+            let sum: i64 = profile.sample.iter().map(|s| s.value[index]).sum();
+            assert_eq!(sum, i64::try_from(total(&report, measure)).unwrap());
+        }
+        let default = string(profile.default_sample_type);
+        assert_eq!(
+            default,
+            types[WEIGHTS.iter().position(|w| *w == weight).unwrap()]
+        );
+        assert_eq!(profile.period, i64::try_from(MEAN).unwrap());
+    }
+}
+
+#[test]
+fn speedscope_has_a_profile_per_process_summing_to_its_total() {
+    let report = two_process_report();
+    for weight in WEIGHTS {
+        let mut out = Vec::new();
+        render_speedscope(&report, weight, &RUN, &mut out).unwrap();
+        let file: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let profiles = file["profiles"].as_array().unwrap();
+        let mut sum = 0;
+        for profile in profiles {
+            let weights: u64 = profile["weights"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w.as_u64().unwrap())
+                .sum();
+            assert_eq!(profile["endValue"].as_u64(), Some(weights));
+            sum += weights;
+        }
+        assert_eq!(sum, total(&report, weight), "{weight:?}");
+        assert_eq!(profiles[0]["name"], "tgid 1");
+    }
+}
+
+#[test]
+fn the_flame_graph_draws_the_folded_lines_and_their_total() {
+    let report = two_process_report();
+    for weight in WEIGHTS {
+        let mut out = Vec::new();
+        render_flamegraph(&report, weight, &RUN, &mut out).unwrap();
+        let svg = String::from_utf8(out).unwrap();
+        assert!(svg.starts_with("<?xml"), "{svg}");
+        assert!(svg.contains(weight.describe()), "no title in the svg");
+        let digits = total(&report, weight).to_string();
+        let mut grouped = String::new();
+        for (i, digit) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                grouped.push(',');
+            }
+            grouped.push(digit);
+        }
+        assert!(
+            svg.contains(&format!("all ({grouped} bytes, 100%)")),
+            "{weight:?}"
+        );
+    }
+    // No path with bytes of the weight: a small SVG that says so.
+    let mut out = Vec::new();
+    render_flamegraph(
+        &AllocationTracker::new(MEAN).report(KernelAllocStats::default()),
+        AllocWeight::Leaked,
+        &RUN,
+        &mut out,
+    )
+    .unwrap();
+    assert!(String::from_utf8(out)
+        .unwrap()
+        .contains("no sampled path has bytes leaked"));
+}
