@@ -91,8 +91,13 @@ impl Session {
         }
         .context("cannot print the report")?;
         if let Some(allocations) = &diagnosed.allocations {
-            report::allocations::render_text(allocations, options.top, &mut stdout)
-                .context("cannot print the report")?;
+            report::allocations::render_text(
+                allocations,
+                &diagnosed.report.processes,
+                options.top,
+                &mut stdout,
+            )
+            .context("cannot print the report")?;
         }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
     }
@@ -187,8 +192,13 @@ fn render_with_allocations(
 ) -> Result<()> {
     report::render(diagnosed, format, options, out)?;
     if let (Format::Table, Some(allocations)) = (format, &diagnosed.allocations) {
-        report::allocations::render_text(allocations, options.top, out)
-            .context("cannot print the allocations section")?;
+        report::allocations::render_text(
+            allocations,
+            &diagnosed.report.processes,
+            options.top,
+            out,
+        )
+        .context("cannot print the allocations section")?;
     }
     Ok(())
 }

@@ -190,3 +190,40 @@ fn the_flame_graph_draws_the_folded_lines_and_their_total() {
         .unwrap()
         .contains("no sampled path has bytes leaked"));
 }
+
+#[test]
+fn the_section_names_images_as_the_table_does_and_folds_unhooked_ones() {
+    let processes = crate::report::fixtures::lifecycle_report().processes;
+    let mut tracker = AllocationTracker::new(MEAN);
+    // In the order the images began: 200, 201, 202 image 0, 201#2, 202
+    // image 1 (the fixture's run). 201 and 202's `sleep` end unhooked.
+    for (tgid, start_ns, hooked) in [
+        (200, 1, true),
+        (201, 2, false),
+        (202, 3, true),
+        (201, 4, true),
+        (202, 3, false),
+    ] {
+        tracker.process_started(tgid, start_ns, 0);
+        if hooked {
+            tracker.hooked(tgid, vec!["libc.so.6".into()], 0, true);
+            tracker.alloc(tgid, block(0, 0x1, 8 * MIB), stack("kept"));
+        }
+    }
+    let report = tracker.report(KernelAllocStats::default());
+    let mut out = Vec::new();
+    render_text(&report, &processes, 10, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let mut named: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("  tgid "))
+        .map(|l| l.split(':').next().unwrap())
+        .collect();
+    named.sort_unstable();
+    assert_eq!(named, ["200", "201#2", "202, image 0"], "{text}");
+    assert!(
+        text.contains("  2 process images ended before their allocator could be hooked"),
+        "{text}"
+    );
+    assert!(!text.contains("process ended first"), "{text}");
+}

@@ -1,19 +1,30 @@
 //! Allocator mode's terminal section, printed after the default table:
-//! per process, how its hooks went, then its top paths by leaked bytes.
+//! per process image (named as the table names it), how its hooks went,
+//! then its top paths by leaked bytes.
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 
+use crate::aggregate::ProcessReport;
 use crate::allocations::{AllocationsReport, HookStatus, ProcessAllocations, INLINED_REMEDY};
 use crate::units::format_bytes;
 
 /// Innermost frames of a path shown, outermost first (`a -> b -> c`).
 const FRAMES_SHOWN: usize = 3;
 
-/// Writes the allocator section with at most `top` paths per process.
+/// Writes the allocator section with at most `top` paths per process;
+/// `processes` are the report's process images, whose names the section
+/// uses. Images that ended before their allocator was hooked, with nothing
+/// sampled (shells and launch shims under `run`), are one line.
 ///
 /// # Errors
 /// Any error of `out`.
-pub fn render_text(report: &AllocationsReport, top: usize, out: &mut dyn Write) -> io::Result<()> {
+pub fn render_text(
+    report: &AllocationsReport,
+    processes: &[ProcessReport],
+    top: usize,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     writeln!(
         out,
         "\nAllocations (allocator hooks, Poisson byte sampling, mean {}; temporary = freed \
@@ -29,14 +40,73 @@ pub fn render_text(report: &AllocationsReport, top: usize, out: &mut dyn Write) 
             report.kernel.live_full
         )?;
     }
-    for process in &report.processes {
-        render_process(process, top, out)?;
+    let names = image_names(report, processes);
+    let mut unhooked = 0;
+    for (process, name) in report.processes.iter().zip(&names) {
+        if ended_unhooked(process) {
+            unhooked += 1;
+        } else {
+            render_process(process, name, top, out)?;
+        }
+    }
+    if unhooked > 0 {
+        writeln!(
+            out,
+            "  {unhooked} process image{} ended before {} allocator could be hooked, with \
+             nothing sampled (shells, launch shims): the default mode's table has them",
+            if unhooked == 1 { "" } else { "s" },
+            if unhooked == 1 { "its" } else { "their" }
+        )?;
     }
     Ok(())
 }
 
-fn render_process(process: &ProcessAllocations, top: usize, out: &mut dyn Write) -> io::Result<()> {
-    write!(out, "  process {}: ", process.tgid)?;
+/// Whether `process` ended before its hooks were attached and has nothing
+/// to show.
+fn ended_unhooked(process: &ProcessAllocations) -> bool {
+    matches!(process.hook, HookStatus::Pending) && process.paths.is_empty()
+}
+
+/// The name of each of `report`'s processes as the process table gives it
+/// ([`ProcessReport::name`]: `tgid 4312`, `tgid 4312#2`, `, image 1`). The
+/// allocator tracker keeps one entry per image, in the order the images
+/// began, as the aggregator does: the k-th entry of a tgid is its k-th image
+/// in `processes`. When the counts differ, `tgid N`.
+fn image_names(report: &AllocationsReport, processes: &[ProcessReport]) -> Vec<String> {
+    let mut images: HashMap<u32, Vec<&ProcessReport>> = HashMap::new();
+    for p in processes {
+        images.entry(p.tgid).or_default().push(p);
+    }
+    for list in images.values_mut() {
+        list.sort_by_key(|p| (p.instance, p.image));
+    }
+    let mut entries: HashMap<u32, usize> = HashMap::new();
+    for process in &report.processes {
+        *entries.entry(process.tgid).or_default() += 1;
+    }
+    let mut seen: HashMap<u32, usize> = HashMap::new();
+    report
+        .processes
+        .iter()
+        .map(|process| {
+            let index = seen.entry(process.tgid).or_default();
+            let image = images
+                .get(&process.tgid)
+                .filter(|list| list.len() == entries[&process.tgid])
+                .map(|list| list[*index].name());
+            *index += 1;
+            image.unwrap_or_else(|| format!("tgid {}", process.tgid))
+        })
+        .collect()
+}
+
+fn render_process(
+    process: &ProcessAllocations,
+    name: &str,
+    top: usize,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    write!(out, "  {name}: ")?;
     match &process.hook {
         HookStatus::Pending => writeln!(out, "allocator not hooked (process ended first)")?,
         HookStatus::NotHooked { reason } => {
