@@ -34,6 +34,10 @@ const MAX_COMMAND_CHARS: usize = 40;
 /// Most processes named per merged path; the rest are counted.
 const MAX_TGIDS_SHOWN: usize = 8;
 
+/// Native children shown under a Python path, largest first; the rest are
+/// summed into `… N more`.
+const MAX_NATIVES_SHOWN: usize = 8;
+
 /// Helpers that lived under this long ([`is_brief_helper`]) are summed on
 /// one line of the process table. 1 s.
 const BRIEF_HELPER_NS: u64 = 1_000_000_000;
@@ -406,11 +410,23 @@ fn python_path_entry(
     frame_lines(&path.frames, out)?;
     let natives = path.natives(report, weight);
     let total = path.weight_bytes(weight);
-    let children: Vec<String> = natives
+    let named: Vec<&(String, u64)> = natives.iter().filter(|(name, _)| name != "-").collect();
+    let mut children: Vec<String> = named
         .iter()
-        .filter(|(name, _)| name != "-")
+        .take(MAX_NATIVES_SHOWN)
         .map(|(name, bytes)| format!("{name} {}", text::percent(*bytes, total)))
         .collect();
+    if let Some(rest) = named
+        .get(MAX_NATIVES_SHOWN..)
+        .filter(|rest| !rest.is_empty())
+    {
+        let bytes = rest.iter().map(|(_, bytes)| bytes).sum();
+        children.push(format!(
+            "… {} more {}",
+            rest.len(),
+            text::percent(bytes, total)
+        ));
+    }
     if !children.is_empty() {
         writeln!(out, "        native: {}", children.join(", "))?;
     }

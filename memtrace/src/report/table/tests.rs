@@ -611,3 +611,26 @@ fn the_header_says_what_attaching_missed() {
     report.report.meta.attach_ns = 0;
     assert_eq!(attach_header(&report), None);
 }
+
+#[test]
+fn a_python_path_lists_its_largest_native_children_and_sums_the_rest() {
+    let mut agg = Aggregator::new(0);
+    let id = agg.process_started(start(1, None, Role::Root, 0));
+    // One Python line whose growth ended in 12 native functions of 1..=12
+    // MiB (78 MiB in all).
+    for i in 1..=12_u64 {
+        let stack = [py("load", "m.py", 3), native(&format!("n{i}"))];
+        let stack_id = sample(&mut agg, id, MemoryEvent::AnonGrowth, i * MIB, &stack);
+        agg.peak_held(id, stack_id, i * MIB);
+    }
+    let text = render_text(&diagnose(agg.finish(0, RunMeta::default())), 10);
+    let natives = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("native: "))
+        .unwrap_or_else(|| panic!("no native line:\n{text}"));
+    let shown: Vec<&str> = natives.split(", ").collect();
+    assert_eq!(shown.len(), MAX_NATIVES_SHOWN + 1, "{natives}");
+    assert!(shown[0].starts_with("n12 "), "{natives}");
+    // n1..=n4: 10 of 78 MiB.
+    assert_eq!(shown[MAX_NATIVES_SHOWN], "… 4 more 12.8%", "{natives}");
+}
