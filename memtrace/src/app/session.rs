@@ -12,7 +12,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use memtrace_common::ProcessCounters;
+use memtrace_common::{NativeStackRecord, ProcessCounters};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
@@ -30,7 +30,7 @@ use crate::{
         ProcessTree,
     },
     python::FrameResolver,
-    symbolize::NativeSymbolizer,
+    symbolize::{NativeSymbolizer, NativeUnwinder},
 };
 
 /// What `--allocations` costs the traced processes, said when it starts:
@@ -80,6 +80,10 @@ pub(super) struct Session {
     pub(super) command: String,
     pub(super) resolver: FrameResolver,
     pub(super) symbolizer: NativeSymbolizer,
+    pub(super) unwinder: NativeUnwinder,
+    /// `--allocations`: each thread's last `NativeStackRecord`, until the
+    /// allocation record sent after it.
+    pub(super) native_stacks: std::collections::HashMap<u32, Box<NativeStackRecord>>,
     pub(super) mappings: MappingNames,
     /// Paced PSS/USS reads.
     pub(super) sharing: SharingReader,
@@ -146,6 +150,8 @@ impl Session {
             command: command.to_owned(),
             resolver: FrameResolver::default(),
             symbolizer: NativeSymbolizer::default(),
+            unwinder: NativeUnwinder::default(),
+            native_stacks: std::collections::HashMap::new(),
             mappings: MappingNames::default(),
             sharing: SharingReader::default(),
             launched: None,
@@ -398,6 +404,8 @@ impl Session {
     pub(super) fn forget_tgid(&mut self, tgid: u32) {
         self.resolver.forget(tgid);
         self.symbolizer.forget(tgid);
+        self.unwinder.forget(tgid);
+        self.native_stacks.retain(|_, s| s.header.tgid != tgid);
         self.mappings.forget(tgid);
         self.sharing.forget(tgid);
     }
