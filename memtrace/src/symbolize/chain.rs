@@ -31,7 +31,7 @@ pub fn shown_frames(places: &[Place], has_python: bool) -> usize {
     let mut left_interpreter = false;
     for (index, place) in places.iter().enumerate() {
         match place {
-            Place::EvalLoop if !left_interpreter => return index.min(1),
+            Place::EvalLoop if !left_interpreter => return 1,
             Place::EvalLoop | Place::Interpreter if left_interpreter => return index,
             Place::Native => left_interpreter = true,
             Place::EvalLoop | Place::Interpreter => {}

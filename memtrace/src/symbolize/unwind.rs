@@ -27,6 +27,8 @@ pub const MAX_UNWOUND_FRAMES: usize = 128;
 /// address outside every module (JIT code, or an unreadable file): a new
 /// unknown address (e.g. in a library just `dlopen`ed) reads them at once.
 const MAPS_REFRESH: Duration = Duration::from_secs(1);
+/// Bytes per page: mappings start on page boundaries.
+const PAGE: u64 = memtrace_common::PAGE_SIZE_BYTES;
 
 /// Where a native frame's code is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,10 +89,23 @@ impl StackCopy<'_> {
 #[derive(Clone)]
 struct ModuleFile {
     sections: ExplicitModuleSectionInfo<Bytes>,
-    /// `PT_LOAD` segments: `(p_vaddr, p_offset, p_filesz)`.
-    segments: Vec<(u64, u64, u64)>,
+    /// `PT_LOAD` segments.
+    segments: Vec<Segment>,
     /// `_PyEval_EvalFrameDefault`'s addresses in the file, when it has it.
     eval_loop: Option<Range<u64>>,
+}
+
+/// A `PT_LOAD` segment of an ELF file.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    /// `p_vaddr`.
+    vaddr: u64,
+    /// `p_offset`.
+    offset: u64,
+    /// `p_filesz`, in bytes.
+    size: u64,
+    /// `p_flags` has `PF_X`.
+    executable: bool,
 }
 
 /// A module mapped in a process.
@@ -256,14 +271,18 @@ fn place_of(mapped: &[Mapped], ip: u64) -> Place {
     }
 }
 
-/// The actual address of the file's address 0, for a mapping at `start` of
-/// the file from `file_offset`: from the `PT_LOAD` segment holding that
+/// The actual address of the file's address 0, for an executable mapping
+/// at `start` of the file from `file_offset` (page-aligned, as the loader
+/// maps it): from the executable `PT_LOAD` segment whose pages hold that
 /// offset.
-fn load_bias(segments: &[(u64, u64, u64)], start: u64, file_offset: u64) -> Option<u64> {
-    let &(vaddr, offset, _) = segments
-        .iter()
-        .find(|&&(_, offset, size)| (offset..offset + size.max(1)).contains(&file_offset))?;
-    Some(start.wrapping_sub(vaddr + (file_offset - offset)))
+fn load_bias(segments: &[Segment], start: u64, file_offset: u64) -> Option<u64> {
+    let segment = segments.iter().find(|s| {
+        let first_page = s.offset & !(PAGE - 1);
+        s.executable && (first_page..s.offset + s.size.max(1)).contains(&file_offset)
+    })?;
+    let vaddr_page = segment.vaddr & !(PAGE - 1);
+    let offset_page = segment.offset & !(PAGE - 1);
+    Some(start.wrapping_sub(vaddr_page + (file_offset - offset_page)))
 }
 
 /// The unwind sections, load segments and eval-loop symbol of the ELF file
@@ -293,7 +312,15 @@ fn read_module_file(path: &std::path::Path) -> Option<ModuleFile> {
     };
     let segments = elf
         .segments()
-        .map(|s| (s.address(), s.file_range().0, s.file_range().1))
+        .map(|s| Segment {
+            vaddr: s.address(),
+            offset: s.file_range().0,
+            size: s.file_range().1,
+            executable: matches!(
+                s.flags(),
+                object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0
+            ),
+        })
         .collect();
     Some(ModuleFile {
         sections,
@@ -339,23 +366,32 @@ mod tests {
     }
 
     #[test]
-    fn bias_comes_from_the_segment_holding_the_offset() {
+    fn bias_comes_from_the_executable_segment_holding_the_offset() {
+        let segment = |vaddr, offset, size, executable| Segment {
+            vaddr,
+            offset,
+            size,
+            executable,
+        };
         // A shared library: text at file offset 0x28000, vaddr 0x28000.
-        let segments = [
-            (0, 0, 0x27000),
-            (0x28000, 0x28000, 0x1000),
-            (0x3a000, 0x39000, 0x10),
+        let library = [
+            segment(0, 0, 0x27000, false),
+            segment(0x28000, 0x28000, 0x1000, true),
         ];
+        let base = 0x7f00_0000_0000;
+        assert_eq!(load_bias(&library, base + 0x28000, 0x28000), Some(base));
+        assert_eq!(load_bias(&library, base, 0x99000), None);
+        // An executable linked by lld: text at offset 0x50e190, vaddr
+        // 0x50f190, sharing its first page with the read-only segment.
+        let executable = [
+            segment(0, 0, 0x50e188, false),
+            segment(0x50f190, 0x50e190, 0xe6a380, true),
+        ];
+        let start = 0x5573_2e46_d000;
         assert_eq!(
-            load_bias(&segments, 0x7f00_0002_8000, 0x28000),
-            Some(0x7f00_0000_0000)
+            load_bias(&executable, start, 0x50e000),
+            Some(start - 0x50f000)
         );
-        // A segment whose vaddr differs from its offset.
-        assert_eq!(
-            load_bias(&segments, 0x7f00_0003_a000, 0x39000),
-            Some(0x7f00_0000_0000)
-        );
-        assert_eq!(load_bias(&segments, 0x7f00_0000_0000, 0x99000), None);
     }
 
     /// A function of this test binary with a frame of its own, called
