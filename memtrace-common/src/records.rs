@@ -27,8 +27,9 @@ pub enum RecordKind {
     Alloc = 32,
     /// A sampled heap block was freed (allocator mode): [`FreeRecord`].
     Free = 33,
-    /// The user stack of the thread at a sampled allocation (allocator
-    /// mode), sent right before its [`AllocRecord`]: [`NativeStackRecord`].
+    /// The user registers and stack of the thread at a sampled allocation
+    /// (allocator mode) or sampled fault, sent right before its
+    /// [`AllocRecord`] or [`MemoryRecord`]: [`NativeStackRecord`].
     NativeStack = 34,
 }
 
@@ -439,13 +440,15 @@ pub const NATIVE_STACK_BYTES: usize = NATIVE_STACK_CHUNK_BYTES * NATIVE_STACK_CH
 /// The user registers and the top of the user stack of a thread at a
 /// sampled allocation (allocator mode: at the uretprobe of the outermost
 /// allocator call, where `ip`, `sp` and `bp` are the caller's, right after
-/// the call returned). Sent right before its [`AllocRecord`], with the same
-/// header `tid` and `ts_ns`; userspace unwinds it with the binaries' CFI.
+/// the call returned: `ip` is a return address) or at a sampled event of a
+/// fault taken in user mode (`ip` is the faulting instruction). Sent right
+/// before its [`AllocRecord`] or [`MemoryRecord`], with the same header
+/// `tid` and `ts_ns`; userspace unwinds it with the binaries' CFI.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NativeStackRecord {
     /// Common header, `kind == RecordKind::NativeStack`; `tid` and `ts_ns`
-    /// are those of the [`AllocRecord`] that follows.
+    /// are those of the record that follows.
     pub header: RecordHeader,
     /// User instruction pointer (`rip`).
     pub ip: u64,

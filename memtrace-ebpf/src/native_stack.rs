@@ -1,11 +1,11 @@
-//! The user stack of a sampled allocation, kernel side (allocator mode,
-//! first step of its data flow): the caller's registers and up to
-//! `NATIVE_STACK_BYTES` of its stack, copied read-only into a
-//! `NativeStackRecord` reserved in `RECORDS` (16 KiB: far too big for the
-//! 512-byte BPF stack) and sent right before the `AllocRecord`, for
+//! The user stack of a sampled event, kernel side (first step of the data
+//! flow): a thread's user registers and up to `NATIVE_STACK_BYTES` of its
+//! stack, copied read-only into a `NativeStackRecord` reserved in `RECORDS`
+//! (16 KiB: far too big for the 512-byte BPF stack) and sent right before
+//! the event's `AllocRecord` or `MemoryRecord`, for
 //! `memtrace::symbolize::unwind` to unwind with the binaries' CFI.
 
-use aya_ebpf::{bindings::pt_regs, helpers::generated::bpf_probe_read_user};
+use aya_ebpf::helpers::generated::bpf_probe_read_user;
 use memtrace_common::{
     NativeStackRecord, RecordHeader, RecordKind, NATIVE_STACK_CHUNKS, NATIVE_STACK_CHUNK_BYTES,
 };
@@ -15,21 +15,31 @@ use crate::{
     sample::{count_dropped, submit_flags},
 };
 
-/// Sends the registers `regs` (the user registers of the current thread)
-/// and the top of its stack, with `header`'s tid and time; a full ring
-/// buffer is counted in `DROPPED`.
+/// The user registers a stack is unwound from.
+#[derive(Clone, Copy)]
+pub struct UserRegs {
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Stack pointer.
+    pub sp: u64,
+    /// Frame pointer.
+    pub bp: u64,
+}
+
+/// Sends the current thread's user registers `regs` and the top of its
+/// stack, with `header`'s tid and time; a full ring buffer is counted in
+/// `DROPPED`.
 #[inline(always)]
-pub fn emit(header: RecordHeader, regs: *const pt_regs) {
+pub fn emit(header: RecordHeader, regs: UserRegs) {
     let Some(mut entry) = RECORDS.reserve::<NativeStackRecord>(0) else {
         count_dropped();
         return;
     };
     let record = entry.as_mut_ptr();
     // SAFETY: `record` points to a reserved, writable ring-buffer entry of
-    // `size_of::<NativeStackRecord>()` bytes, written field by field;
-    // `regs` is the probe's context, which the verifier lets us load.
+    // `size_of::<NativeStackRecord>()` bytes, written field by field.
     unsafe {
-        let (ip, sp, bp) = ((*regs).rip, (*regs).rsp, (*regs).rbp);
+        let UserRegs { ip, sp, bp } = regs;
         (*record).header = RecordHeader {
             kind: RecordKind::NativeStack as u32,
             ..header

@@ -32,7 +32,8 @@ use crate::{
         AllocThread, ALLOC_EXP_DRAWS, ALLOC_LIVE, ALLOC_STATS, ALLOC_THREADS, RECORDS,
         SAMPLE_INTERVAL_BYTES,
     },
-    native_stack, pystack,
+    native_stack::{self, UserRegs},
+    pystack,
     sample::{count_dropped, emit, header, submit_flags},
 };
 
@@ -277,16 +278,22 @@ fn record_block(tgid: u32, state: &AllocThread, addr: u64, regs: *const pt_regs)
         ALLOC_UNTRACKED
     };
     let header = header(RecordKind::Alloc, tgid);
-    native_stack::emit(header, regs);
+    // SAFETY: `regs` is the probe's context; the verifier allows the loads.
+    let user_regs = unsafe {
+        UserRegs {
+            ip: (*regs).rip,
+            sp: (*regs).rsp,
+            bp: (*regs).rbp,
+        }
+    };
+    native_stack::emit(header, user_regs);
     let Some(mut entry) = RECORDS.reserve::<AllocRecord>(0) else {
         // The block stays in the live set: its free is still reported, and
         // userspace ignores frees of blocks it never saw.
         count_dropped();
         return;
     };
-    // SAFETY: `regs` is the probe's context; the verifier allows the load.
-    let native_ip = unsafe { (*regs).rip };
-    fill_alloc(&mut entry, header, state, addr, native_ip, flags);
+    fill_alloc(&mut entry, header, state, addr, user_regs.ip, flags);
     entry.submit(submit_flags());
 }
 

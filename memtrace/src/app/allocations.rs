@@ -103,7 +103,7 @@ impl Session {
         let tgid = record.header.tgid;
         let count = (record.frame_count as usize).min(record.frames.len());
         let native = match self.take_native_stack(&record.header) {
-            Some(copy) => self.native_chain(tgid, &copy, count > 0),
+            Some(copy) => self.native_chain(tgid, &copy, count > 0, true),
             None => self.native_leaf(tgid, record.native_ip),
         };
         let stack = self.stack(tgid, record.stack_status, &record.frames[..count], native);

@@ -1,7 +1,8 @@
 //! The native part of a record's stack, between decoding and aggregation:
-//! a memory record's innermost native frame, or an allocation's unwound
-//! native chain (its `NativeStackRecord`, sent right before it) cut at the
-//! interpreter boundary, each frame named with blazesym.
+//! the unwound native chain of a sampled allocation or fault (its
+//! `NativeStackRecord`, sent right before it) cut at the interpreter
+//! boundary, or the innermost native frame alone when there is no stack;
+//! each frame named with blazesym.
 
 use memtrace_common::{NativeStackRecord, RecordHeader};
 
@@ -12,7 +13,7 @@ use crate::{
 };
 
 impl Session {
-    /// Keeps a native stack until the allocation record of its thread.
+    /// Keeps a native stack until the next record of its thread.
     pub(super) fn on_native_stack(&mut self, record: Box<NativeStackRecord>) {
         self.native_stacks.insert(record.header.tid, record);
     }
@@ -37,13 +38,15 @@ impl Session {
 
     /// The native frames of `record`'s stack shown under the record's
     /// Python frames (`has_python`), outermost first: see
-    /// [`shown_frames`]. Falls back to the innermost frame when nothing
-    /// could be unwound.
+    /// [`shown_frames`]. `ip_is_return`: the record's `ip` is a return
+    /// address (an allocator's caller), not a faulting instruction. Falls
+    /// back to the innermost frame when nothing could be unwound.
     pub(super) fn native_chain(
         &mut self,
         tgid: u32,
         record: &NativeStackRecord,
         has_python: bool,
+        ip_is_return: bool,
     ) -> Vec<Frame> {
         let len = (record.stack_len_bytes as usize).min(record.stack.len());
         let copy = StackCopy {
@@ -52,7 +55,7 @@ impl Session {
             bp: record.bp,
             stack_start: record.stack_start,
             stack: &record.stack[..len],
-            ip_is_return: true,
+            ip_is_return,
         };
         let frames = self.unwinder.unwind(tgid, &copy);
         if frames.is_empty() {

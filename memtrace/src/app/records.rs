@@ -186,7 +186,10 @@ impl Session {
             return;
         };
         let frames = &record.frames[..(record.frame_count as usize).min(record.frames.len())];
-        let native = self.native_leaf(tgid, record.native_ip);
+        let native = match self.take_native_stack(&record.header) {
+            Some(copy) => self.native_chain(tgid, &copy, !frames.is_empty(), false),
+            None => self.native_leaf(tgid, record.native_ip),
+        };
         let mut stack = self.stack(tgid, record.stack_status, frames, native);
         if let Some(kind) = mapping_kind(event) {
             let name = self

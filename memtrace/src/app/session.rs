@@ -81,8 +81,8 @@ pub(super) struct Session {
     pub(super) resolver: FrameResolver,
     pub(super) symbolizer: NativeSymbolizer,
     pub(super) unwinder: NativeUnwinder,
-    /// `--allocations`: each thread's last `NativeStackRecord`, until the
-    /// allocation record sent after it.
+    /// Each thread's last `NativeStackRecord`, until the allocation or
+    /// memory record sent after it.
     pub(super) native_stacks: std::collections::HashMap<u32, Box<NativeStackRecord>>,
     pub(super) mappings: MappingNames,
     /// Paced PSS/USS reads.

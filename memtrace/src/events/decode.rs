@@ -29,8 +29,9 @@ pub enum Record {
     Alloc(Box<AllocRecord>),
     /// A sampled heap block was freed (allocator mode).
     Free(FreeRecord),
-    /// The caller's registers and user stack at a sampled allocation, sent
-    /// right before its [`Record::Alloc`] (allocator mode; boxed: 16 KiB).
+    /// A thread's user registers and stack at a sampled allocation or fault,
+    /// sent right before its [`Record::Alloc`] or [`Record::Memory`]
+    /// (boxed: 16 KiB).
     NativeStack(Box<NativeStackRecord>),
 }
 
