@@ -54,7 +54,9 @@ def memory_used(lib: ctypes.CDLL) -> int:
     """SQLite's own count of bytes its allocator holds."""
     current = ctypes.c_int64()
     highwater = ctypes.c_int64()
-    lib.sqlite3_status64(SQLITE_STATUS_MEMORY_USED, ctypes.byref(current), ctypes.byref(highwater), 0)
+    lib.sqlite3_status64(
+        SQLITE_STATUS_MEMORY_USED, ctypes.byref(current), ctypes.byref(highwater), 0
+    )
     return current.value
 
 
@@ -93,7 +95,12 @@ def main() -> None:
         before = memory_used(lib)
         table = lookup_customer_total(path)
         grown = memory_used(lib) - before
-        emit("cached", function="lookup_customer_total", sqlite_memory_bytes=grown, table_bytes=table)
+        emit(
+            "cached",
+            function="lookup_customer_total",
+            sqlite_memory_bytes=grown,
+            table_bytes=table,
+        )
 
 
 if __name__ == "__main__":

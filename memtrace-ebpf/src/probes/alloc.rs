@@ -11,8 +11,9 @@
 //! outermost call subtracts the block's size; an unsampled block returns at
 //! once. A sampled one goes into `ALLOC_LIVE` and to userspace in a
 //! `NativeStackRecord` (the caller's registers and user stack, see
-//! `native_stack`) followed by an `AllocRecord` with the Python stack. A free looks its address up in
-//! `ALLOC_LIVE` and returns unless the block was sampled.
+//! `native_stack`) followed by an `AllocRecord` with the Python stack. A
+//! free looks its address up in `ALLOC_LIVE` and returns unless the block
+//! was sampled.
 
 use aya_ebpf::{
     bindings::pt_regs,

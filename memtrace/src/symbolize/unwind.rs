@@ -27,6 +27,8 @@ pub const MAX_UNWOUND_FRAMES: usize = 128;
 /// address outside every module (JIT code, or an unreadable file): a new
 /// unknown address (e.g. in a library just `dlopen`ed) reads them at once.
 const MAPS_REFRESH: Duration = Duration::from_secs(1);
+/// Most unknown instruction pointers remembered per process.
+const MAX_UNKNOWN_IPS: usize = 4096;
 /// Bytes per page: mappings start on page boundaries.
 const PAGE: u64 = memtrace_common::PAGE_SIZE_BYTES;
 
@@ -196,7 +198,18 @@ impl NativeUnwinder {
         if stale {
             let mut modules = self.read_process(tgid)?;
             if !modules.mapped.iter().any(|m| m.range.contains(&ip)) {
-                modules.unknown_ips.insert(ip);
+                // Kept over reads (bounded), so JIT code does not read the
+                // maps again for every address already seen.
+                let mut unknown = self
+                    .processes
+                    .remove(&tgid)
+                    .map(|p| p.unknown_ips)
+                    .unwrap_or_default();
+                if unknown.len() >= MAX_UNKNOWN_IPS {
+                    unknown.clear();
+                }
+                unknown.insert(ip);
+                modules.unknown_ips = unknown;
             }
             self.processes.insert(tgid, modules);
         }
