@@ -1,7 +1,8 @@
-//! Mixed Python + native stacks in allocator mode (`--allocations`) end to
-//! end: the real memtrace binary unwinds the user stacks it copied at
-//! sampled allocations of real programs, and the JSON report's paths show
-//! the native chain under the Python function that called it. Workloads:
+//! Mixed Python + native stacks end to end: the real memtrace binary
+//! unwinds the user stacks it copied at sampled allocations (allocator
+//! mode, `--allocations`) and sampled page faults (default mode) of real
+//! programs, and the JSON report's paths show the native chain under the
+//! Python function that called it. Workloads:
 //! tests/scripts/native_sqlite_cache.py (libsqlite3's page cache) and
 //! tests/native/embed_host.c (a host embedding CPython, compiled here).
 //!
@@ -132,6 +133,66 @@ fn sqlite_page_cache_is_shown_in_libsqlite3_under_its_python_function() {
         expected,
         SQLITE_TOLERANCE,
         "page cache leaked in libsqlite3 under lookup_customer_total",
+    );
+}
+
+/// Allowed relative error of the default mode's sampled resident growth
+/// under libsqlite3 against SQLite's own count: pages touched by malloc'd
+/// blocks, not the blocks, so the bound of the default mode's other path
+/// tests (25%).
+const SQLITE_GROWTH_TOLERANCE: f64 = 0.25;
+
+#[test]
+fn default_mode_names_libsqlite3_under_the_python_function_that_grew_it() {
+    let python = require_ebpf!(python_3_11());
+    let probe = Command::new(&python)
+        .args(["-c", "import sqlite3"])
+        .status()
+        .unwrap();
+    if !probe.success() {
+        skip(&format!("{} has no sqlite3 module", python.display()));
+        return;
+    }
+    let script = script("native_sqlite_cache.py");
+    let trace = trace(&[
+        "run",
+        "--sample-bytes",
+        SAMPLE_BYTES,
+        "--",
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--mib",
+        "32",
+    ]);
+    let expected = trace.workload_event("cached")["sqlite_memory_bytes"]
+        .as_f64()
+        .unwrap();
+    let report = &trace.report;
+    let in_sqlite = |stack: &Value| {
+        let frames = stack.as_array().unwrap();
+        let at = frames
+            .iter()
+            .rposition(|f| f["function"] == "lookup_customer_total");
+        at.is_some_and(|at| {
+            frames[at + 1..].iter().any(|f| {
+                f["module"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("libsqlite3"))
+            })
+        })
+    };
+    let held: f64 = report["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| in_sqlite(&report["stacks"][p["stack"].as_u64().unwrap() as usize]))
+        .map(|p| p["bytes"]["held_bytes"].as_f64().unwrap())
+        .sum();
+    assert_within(
+        held,
+        expected,
+        SQLITE_GROWTH_TOLERANCE,
+        "resident growth held in libsqlite3 under lookup_customer_total",
     );
 }
 
