@@ -301,8 +301,8 @@ fn load_bias(segments: &[Segment], start: u64, file_offset: u64) -> Option<u64> 
 /// The unwind sections, load segments and eval-loop symbol of the ELF file
 /// at `path`; `None` when it cannot be read or parsed.
 fn read_module_file(path: &std::path::Path) -> Option<ModuleFile> {
-    let data = std::fs::read(path).ok()?;
-    let elf = object::File::parse(&*data).ok()?;
+    let file = MappedFile::open(path)?;
+    let elf = object::File::parse(file.bytes()).ok()?;
     let section = |name: &str| {
         let section = elf.section_by_name(name)?;
         let range = section.address()..section.address() + section.size();
@@ -349,6 +349,51 @@ fn eval_loop(elf: &object::File) -> Option<Range<u64>> {
         .chain(elf.dynamic_symbols())
         .find(|s| s.name() == Ok(EVAL_LOOP) && s.address() != 0)
         .map(|s| s.address()..s.address() + s.size().max(1))
+}
+
+/// A whole file mapped read-only while its ELF headers, unwind sections and
+/// symbols are read (only the pages touched are read from disk: a libpython
+/// with its symbols is tens of MB); unmapped on drop. The file is a binary
+/// a traced process maps: it is not expected to shrink meanwhile.
+struct MappedFile {
+    start: std::ptr::NonNull<std::ffi::c_void>,
+    len: std::num::NonZeroUsize,
+}
+
+impl MappedFile {
+    /// Maps the file at `path`; `None` when it cannot be opened, is empty
+    /// or cannot be mapped.
+    fn open(path: &std::path::Path) -> Option<Self> {
+        let file = std::fs::File::open(path).ok()?;
+        let len = std::num::NonZeroUsize::new(usize::try_from(file.metadata().ok()?.len()).ok()?)?;
+        // SAFETY: a new private read-only mapping of a whole file; nothing
+        // else refers to its memory.
+        let start = unsafe {
+            nix::sys::mman::mmap(
+                None,
+                len,
+                nix::sys::mman::ProtFlags::PROT_READ,
+                nix::sys::mman::MapFlags::MAP_PRIVATE,
+                &file,
+                0,
+            )
+        }
+        .ok()?;
+        Some(Self { start, len })
+    }
+
+    /// The file's bytes.
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` readable bytes are mapped at `start` until drop.
+        unsafe { std::slice::from_raw_parts(self.start.as_ptr().cast::<u8>(), self.len.get()) }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `open`, no longer borrowed.
+        let _ = unsafe { nix::sys::mman::munmap(self.start, self.len.get()) };
+    }
 }
 
 #[cfg(test)]
