@@ -63,22 +63,26 @@ impl Session {
         }
         let places: Vec<_> = frames.iter().map(|f| f.place).collect();
         let shown = shown_frames(&places, has_python);
-        frames[..shown]
-            .iter()
-            .rev()
-            .map(|f| self.native_frame(tgid, f.lookup_ip))
+        let ips: Vec<u64> = frames[..shown].iter().rev().map(|f| f.lookup_ip).collect();
+        let names = self.symbolizer.symbolize_all(tgid, &ips);
+        ips.iter()
+            .zip(names)
+            .map(|(&ip, name)| frame_named(ip, name))
             .collect()
     }
 
-    /// The frame naming `ip` of `tgid`, its address when it has no name.
+    /// The frame naming `ip` of `tgid`.
     fn native_frame(&mut self, tgid: u32, ip: u64) -> Frame {
-        let NativeName { symbol, module } =
-            self.symbolizer
-                .symbolize(tgid, ip)
-                .unwrap_or_else(|| NativeName {
-                    symbol: format!("{ip:#x}"),
-                    module: None,
-                });
-        Frame::Native { symbol, module }
+        let name = self.symbolizer.symbolize(tgid, ip);
+        frame_named(ip, name)
     }
+}
+
+/// The frame of `ip` named `name`, its address when it has no name.
+fn frame_named(ip: u64, name: Option<NativeName>) -> Frame {
+    let NativeName { symbol, module } = name.unwrap_or_else(|| NativeName {
+        symbol: format!("{ip:#x}"),
+        module: None,
+    });
+    Frame::Native { symbol, module }
 }
