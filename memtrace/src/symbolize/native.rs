@@ -1,7 +1,9 @@
-//! Native instruction pointers to names: symbolizes `MemoryRecord::native_ip`
-//! (the faulting instruction or the syscall's return address) of a traced
-//! process with blazesym, so a stack can end in e.g. `PyList_Append` or
-//! `__memset_avx2_unaligned_erms` under the Python line that called it.
+//! Native instruction pointers to names: symbolizes a record's native
+//! instruction pointer (`MemoryRecord::native_ip`, `AllocRecord::native_ip`)
+//! or the frames of its unwound chain (`super::unwind`; a return address is
+//! looked up at `ip - 1`) of a traced process with blazesym, so a stack can
+//! end in e.g. `sqlite3Malloc` or `__memset_avx2_unaligned_erms` under the
+//! Python line that called it.
 
 use std::collections::HashMap;
 use std::path::Path;
