@@ -195,6 +195,28 @@ fn ctypes_malloc_is_attributed_to_its_python_function() {
     let expected = native["malloc_bytes"].as_f64().unwrap();
     let leaked = trace.function_bytes(tgid, "native_malloc", "leaked_bytes");
     assert_within(leaked, expected, "malloc'd by native_malloc");
+    // Its native chain, unwound from malloc's caller up to the Python
+    // function: ctypes, then libffi.
+    let chains: Vec<String> = trace.alloc_process(tgid)["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|path| {
+            let frames = path["stack"].as_array().unwrap().iter();
+            frames
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" -> ")
+        })
+        .filter(|chain| chain.contains("native_malloc ("))
+        .collect();
+    assert!(
+        chains.iter().any(|chain| {
+            let native = &chain[chain.find("native_malloc (").unwrap()..];
+            native.contains(" -> _ctypes_callproc -> ") && native.contains(" -> ffi_call")
+        }),
+        "no native_malloc -> ... -> _ctypes_callproc -> ffi_call chain in {chains:?}"
+    );
     // The report says from when allocations were seen: before the workload
     // began to allocate.
     let gap_ns = trace.alloc_process(tgid)["hook"]["gap_ns"]

@@ -27,6 +27,10 @@ pub enum RecordKind {
     Alloc = 32,
     /// A sampled heap block was freed (allocator mode): [`FreeRecord`].
     Free = 33,
+    /// The user registers and stack of the thread at a sampled allocation
+    /// (allocator mode) or sampled fault, sent right before its
+    /// [`AllocRecord`] or [`MemoryRecord`]: [`NativeStackRecord`].
+    NativeStack = 34,
 }
 
 impl TryFrom<u32> for RecordKind {
@@ -43,6 +47,7 @@ impl TryFrom<u32> for RecordKind {
             17 => Ok(Self::Address),
             32 => Ok(Self::Alloc),
             33 => Ok(Self::Free),
+            34 => Ok(Self::NativeStack),
             other => Err(other),
         }
     }
@@ -432,7 +437,49 @@ pub struct FreeRecord {
     pub size_bytes: u64,
 }
 
+/// Bytes of user stack copied per read in a [`NativeStackRecord`]: the
+/// copy starts at the stack pointer rounded down to this size, so every
+/// read ends on a page boundary or inside a page and a stack whose top is
+/// near still gives every whole chunk below its end.
+pub const NATIVE_STACK_CHUNK_BYTES: usize = 1024;
+/// Most chunks of user stack a [`NativeStackRecord`] carries.
+pub const NATIVE_STACK_CHUNKS: usize = 16;
+/// Most bytes of user stack a [`NativeStackRecord`] carries (16 KiB).
+pub const NATIVE_STACK_BYTES: usize = NATIVE_STACK_CHUNK_BYTES * NATIVE_STACK_CHUNKS;
+
+/// The user registers and the top of the user stack of a thread at a
+/// sampled allocation (allocator mode: at the uretprobe of the outermost
+/// allocator call, where `ip`, `sp` and `bp` are the caller's, right after
+/// the call returned: `ip` is a return address) or at a sampled event of a
+/// fault taken in user mode (`ip` is the faulting instruction). Sent right
+/// before its [`AllocRecord`] or [`MemoryRecord`], with the same header
+/// `tid` and `ts_ns`; userspace unwinds it with the binaries' CFI.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeStackRecord {
+    /// Common header, `kind == RecordKind::NativeStack`; `tid` and `ts_ns`
+    /// are those of the record that follows.
+    pub header: RecordHeader,
+    /// User instruction pointer (`rip`).
+    pub ip: u64,
+    /// User stack pointer (`rsp`).
+    pub sp: u64,
+    /// User frame pointer (`rbp`).
+    pub bp: u64,
+    /// User address of `stack[0]`: `sp` rounded down to
+    /// [`NATIVE_STACK_CHUNK_BYTES`].
+    pub stack_start: u64,
+    /// Valid bytes of `stack` (whole chunks: reading stops at the first
+    /// chunk that cannot be read, e.g. past the stack's top).
+    pub stack_len_bytes: u32,
+    /// Always zero.
+    pub _pad: u32,
+    /// A copy of user memory `[stack_start, stack_start + stack_len_bytes)`.
+    pub stack: [u8; NATIVE_STACK_BYTES],
+}
+
 const _: () = {
+    assert!(core::mem::size_of::<NativeStackRecord>() == 64 + NATIVE_STACK_BYTES);
     assert!(core::mem::size_of::<AllocRecord>() == 64 + 16 * MAX_FRAMES);
     assert!(core::mem::size_of::<FreeRecord>() == 40);
     assert!(core::mem::size_of::<RecordHeader>() == 24);

@@ -9,8 +9,8 @@ use memtrace_common::{
 };
 
 use crate::maps::{
-    MM_RSS_STAT_OFFSET, PERCPU_COUNTER_COUNT_OFFSET, PERCPU_COUNTER_SIZE, PT_REGS_IP_OFFSET,
-    TASK_MM_OFFSET,
+    MM_RSS_STAT_OFFSET, PERCPU_COUNTER_COUNT_OFFSET, PERCPU_COUNTER_SIZE, PT_REGS_BP_OFFSET,
+    PT_REGS_IP_OFFSET, PT_REGS_SP_OFFSET, TASK_MM_OFFSET,
 };
 
 /// Reads a `T` of kernel object `base` at `offset`.
@@ -33,14 +33,14 @@ pub fn task_mm(task: u64) -> u64 {
     field(task, TASK_MM_OFFSET.load()).unwrap_or(0)
 }
 
-/// The user instruction pointer saved in `user_regs` (`struct pt_regs *`),
-/// 0 when there are none.
+/// The user instruction, stack and frame pointers saved in `user_regs`
+/// (`struct pt_regs *`, not 0), or `None` when they cannot be read.
 #[inline(always)]
-pub fn user_ip(user_regs: u64) -> u64 {
-    if user_regs == 0 {
-        return 0;
-    }
-    field(user_regs, PT_REGS_IP_OFFSET.load()).unwrap_or(0)
+pub fn user_ip_sp_bp(user_regs: u64) -> Option<(u64, u64, u64)> {
+    let ip = field(user_regs, PT_REGS_IP_OFFSET.load()).ok()?;
+    let sp = field(user_regs, PT_REGS_SP_OFFSET.load()).ok()?;
+    let bp = field(user_regs, PT_REGS_BP_OFFSET.load()).ok()?;
+    Some((ip, sp, bp))
 }
 
 /// Pages counted in `mm`'s RSS member `member` (`< RSS_MEMBER_COUNT`): its

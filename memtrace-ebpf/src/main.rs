@@ -17,6 +17,7 @@
 mod counters;
 mod kernel;
 mod maps;
+mod native_stack;
 mod probes;
 mod pystack;
 mod record;

@@ -181,3 +181,9 @@ pub static PERCPU_COUNTER_COUNT_OFFSET: Global<u64> = Global::new(0);
 /// `offsetof(struct pt_regs, ip)`, from the kernel's BTF.
 #[unsafe(no_mangle)]
 pub static PT_REGS_IP_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct pt_regs, sp)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static PT_REGS_SP_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct pt_regs, bp)`, from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static PT_REGS_BP_OFFSET: Global<u64> = Global::new(0);

@@ -1,6 +1,7 @@
 //! Sampling and emission of ring-buffer records: decides which memory events
 //! get a `MemoryRecord` (by bytes, like heap profilers), reserves it in
-//! `RECORDS`, fills it (with the Python stack from `pystack`) and submits it
+//! `RECORDS` (after the thread's user stack, `native_stack`, for a fault in
+//! user mode), fills it (with the Python stack from `pystack`) and submits it
 //! with a wakeup only when enough bytes are pending. A record that cannot be
 //! reserved is counted in `DROPPED`, never lost silently.
 
@@ -15,6 +16,7 @@ use crate::{
     counters::{add, current_ids},
     kernel,
     maps::{DROPPED, RECORDS, SAMPLE_INTERVAL_BYTES, WAKEUP_THRESHOLD_BYTES},
+    native_stack::{self, UserRegs},
     pystack,
 };
 
@@ -103,17 +105,27 @@ pub fn emit<T: 'static>(record: T) {
 }
 
 /// Samples a memory event of process `tgid` and, if it is kept, sends a
-/// `MemoryRecord` with the current thread's Python stack.
+/// `MemoryRecord` with the current thread's Python stack, after a
+/// `NativeStackRecord` with its user registers and stack when the event has
+/// them (a fault in user mode).
 #[inline(always)]
 pub fn emit_memory(tgid: u32, args: &MemoryEventArgs) {
     let Some(weight_bytes) = sample_weight(args.len_bytes) else {
         return;
     };
+    let header = header(RecordKind::Memory, tgid);
+    let mut native_ip = 0;
+    if args.user_regs != 0 {
+        if let Some((ip, sp, bp)) = kernel::user_ip_sp_bp(args.user_regs) {
+            native_ip = ip;
+            native_stack::emit(header, UserRegs { ip, sp, bp });
+        }
+    }
     let Some(mut entry) = RECORDS.reserve::<MemoryRecord>(0) else {
         count_dropped();
         return;
     };
-    fill_memory(&mut entry, tgid, args, weight_bytes);
+    fill_memory(&mut entry, header, args, weight_bytes, native_ip);
     entry.submit(submit_flags());
 }
 
@@ -122,24 +134,25 @@ pub fn emit_memory(tgid: u32, args: &MemoryEventArgs) {
 #[inline(always)]
 fn fill_memory(
     entry: &mut RingBufEntry<MemoryRecord>,
-    tgid: u32,
+    header: RecordHeader,
     args: &MemoryEventArgs,
     weight_bytes: u64,
+    native_ip: u64,
 ) {
     let record = entry.as_mut_ptr();
     // SAFETY: `record` points to a reserved, writable ring-buffer entry of
     // `size_of::<MemoryRecord>()` bytes; fields are written one by one.
     unsafe {
-        (*record).header = header(RecordKind::Memory, tgid);
+        (*record).header = header;
         (*record).event = args.event as u32;
         (*record).addr = args.addr;
         (*record).len_bytes = args.len_bytes;
         (*record).weight_bytes = weight_bytes;
-        (*record).native_ip = kernel::user_ip(args.user_regs);
+        (*record).native_ip = native_ip;
         (*record).flags = args.flags;
         (*record).rss_bytes = args.rss_bytes;
         (*record)._pad = 0;
-        let walk = pystack::walk(tgid, &raw mut (*record).frames);
+        let walk = pystack::walk(header.tgid, &raw mut (*record).frames);
         (*record).frame_count = walk.frame_count;
         (*record).stack_status = walk.stack_status;
     }

@@ -9,19 +9,23 @@
 //! nested call, e.g. glibc `malloc` inside `PyObject_Malloc`, only deepens
 //! it) and a countdown of bytes to the next sample. The uretprobe of the
 //! outermost call subtracts the block's size; an unsampled block returns at
-//! once. A sampled one goes into `ALLOC_LIVE` and to userspace in an
-//! `AllocRecord` with the Python stack. A free looks its address up in
-//! `ALLOC_LIVE` and returns unless the block was sampled.
+//! once. A sampled one goes into `ALLOC_LIVE` and to userspace in a
+//! `NativeStackRecord` (the caller's registers and user stack, see
+//! `native_stack`) followed by an `AllocRecord` with the Python stack. A
+//! free looks its address up in `ALLOC_LIVE` and returns unless the block
+//! was sampled.
 
 use aya_ebpf::{
+    bindings::pt_regs,
     helpers::{bpf_get_attach_cookie, bpf_get_prandom_u32, bpf_probe_read_user},
     macros::{uprobe, uretprobe},
     maps::ring_buf::RingBufEntry,
     programs::{ProbeContext, RetProbeContext},
 };
 use memtrace_common::{
-    AllocCall, AllocRecord, FreeRecord, LiveBlock, LiveKey, RecordKind, ALLOC_COOKIE_PYTHON_API,
-    ALLOC_EXP_DRAWS_LEN, ALLOC_PYTHON_API, ALLOC_STAT_CALLS, ALLOC_STAT_LIVE_FULL, ALLOC_UNTRACKED,
+    AllocCall, AllocRecord, FreeRecord, LiveBlock, LiveKey, RecordHeader, RecordKind,
+    ALLOC_COOKIE_PYTHON_API, ALLOC_EXP_DRAWS_LEN, ALLOC_PYTHON_API, ALLOC_STAT_CALLS,
+    ALLOC_STAT_LIVE_FULL, ALLOC_UNTRACKED,
 };
 
 use crate::{
@@ -30,6 +34,7 @@ use crate::{
         AllocThread, ALLOC_EXP_DRAWS, ALLOC_LIVE, ALLOC_STATS, ALLOC_THREADS, RECORDS,
         SAMPLE_INTERVAL_BYTES,
     },
+    native_stack::{self, UserRegs},
     pystack,
     sample::{count_dropped, emit, header, submit_flags},
 };
@@ -130,13 +135,12 @@ pub fn alloc_posix_memalign(ctx: ProbeContext) -> u32 {
 }
 
 /// Uretprobe on every allocator above: the outermost call's block is
-/// counted down and, if sampled, recorded.
+/// counted down and, if sampled, recorded with the caller's registers and
+/// stack (`ctx.regs`: after the return, the caller's own).
 #[uretprobe]
 pub fn alloc_return(ctx: RetProbeContext) -> u32 {
     let returned = ctx.ret::<u64>();
-    // SAFETY: `regs` is the probe's context; the verifier allows the load.
-    let native_ip = unsafe { (*ctx.regs).rip };
-    leave(returned, native_ip);
+    leave(returned, ctx.regs);
     0
 }
 
@@ -222,9 +226,10 @@ fn enter(args: CallArgs) {
     }
 }
 
-/// Return of an allocator call that returned `returned`, to `native_ip`.
+/// Return of an allocator call that returned `returned`, with the caller's
+/// user registers `regs`.
 #[inline(always)]
-fn leave(returned: u64, native_ip: u64) {
+fn leave(returned: u64, regs: *const pt_regs) {
     let (tgid, tid) = current_ids();
     let Some(thread) = ALLOC_THREADS.get_ptr_mut(tid) else {
         return;
@@ -254,7 +259,7 @@ fn leave(returned: u64, native_ip: u64) {
     }
     // SAFETY: as above.
     unsafe { (*thread).countdown_bytes = exponential_draw() };
-    record_block(tgid, &state, addr, native_ip);
+    record_block(tgid, &state, addr, regs);
 }
 
 /// The block a finished call returned, `None` when it failed or returned
@@ -272,9 +277,11 @@ fn block_address(state: &AllocThread, returned: u64) -> Option<u64> {
     (returned != 0 && state.size_bytes != 0).then_some(returned)
 }
 
-/// A sampled block: into the live set, and an `AllocRecord` to userspace.
+/// A sampled block: into the live set, and to userspace the caller's user
+/// stack (`NativeStackRecord`), then an `AllocRecord` with the same tid and
+/// time.
 #[inline(always)]
-fn record_block(tgid: u32, state: &AllocThread, addr: u64, native_ip: u64) {
+fn record_block(tgid: u32, state: &AllocThread, addr: u64, regs: *const pt_regs) {
     let key = LiveKey {
         tgid,
         _pad: 0,
@@ -292,13 +299,23 @@ fn record_block(tgid: u32, state: &AllocThread, addr: u64, native_ip: u64) {
     if state.cookie == ALLOC_COOKIE_PYTHON_API {
         flags |= ALLOC_PYTHON_API;
     }
+    let header = header(RecordKind::Alloc, tgid);
+    // SAFETY: `regs` is the probe's context; the verifier allows the loads.
+    let user_regs = unsafe {
+        UserRegs {
+            ip: (*regs).rip,
+            sp: (*regs).rsp,
+            bp: (*regs).rbp,
+        }
+    };
+    native_stack::emit(header, user_regs);
     let Some(mut entry) = RECORDS.reserve::<AllocRecord>(0) else {
         // The block stays in the live set: its free is still reported, and
         // userspace ignores frees of blocks it never saw.
         count_dropped();
         return;
     };
-    fill_alloc(&mut entry, tgid, state, addr, native_ip, flags);
+    fill_alloc(&mut entry, header, state, addr, user_regs.ip, flags);
     entry.submit(submit_flags());
 }
 
@@ -307,7 +324,7 @@ fn record_block(tgid: u32, state: &AllocThread, addr: u64, native_ip: u64) {
 #[inline(always)]
 fn fill_alloc(
     entry: &mut RingBufEntry<AllocRecord>,
-    tgid: u32,
+    header: RecordHeader,
     state: &AllocThread,
     addr: u64,
     native_ip: u64,
@@ -317,13 +334,13 @@ fn fill_alloc(
     // SAFETY: `record` points to a reserved, writable ring-buffer entry of
     // `size_of::<AllocRecord>()` bytes; fields are written one by one.
     unsafe {
-        (*record).header = header(RecordKind::Alloc, tgid);
+        (*record).header = header;
         (*record).call = state.call;
         (*record).addr = addr;
         (*record).size_bytes = state.size_bytes;
         (*record).native_ip = native_ip;
         (*record).flags = flags;
-        let walk = pystack::walk(tgid, &raw mut (*record).frames);
+        let walk = pystack::walk(header.tgid, &raw mut (*record).frames);
         (*record).frame_count = walk.frame_count;
         (*record).stack_status = walk.stack_status;
     }

@@ -109,19 +109,19 @@ impl Session {
         }
     }
 
-    /// A sampled allocation.
+    /// A sampled allocation, with the native chain of the stack sent before
+    /// it (its innermost frame alone when that record was lost).
     pub(super) fn on_alloc(&mut self, record: &AllocRecord) {
         if self.allocations.is_none() {
             return;
         }
         let tgid = record.header.tgid;
         let count = (record.frame_count as usize).min(record.frames.len());
-        let stack = self.stack(
-            tgid,
-            record.stack_status,
-            &record.frames[..count],
-            record.native_ip,
-        );
+        let native = match self.take_native_stack(&record.header) {
+            Some(copy) => self.native_chain(tgid, &copy, count > 0, true),
+            None => self.native_leaf(tgid, record.native_ip),
+        };
+        let stack = self.stack(tgid, record.stack_status, &record.frames[..count], native);
         let stack = stack.iter().map(ToString::to_string).collect();
         if let Some(tracker) = &mut self.allocations {
             let block = SampledBlock {

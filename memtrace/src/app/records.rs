@@ -1,7 +1,7 @@
 //! Each decoded ring-buffer record turned into the aggregation step's calls:
 //! the process tree follows forks, execs and exits (a tgid maps to the row
 //! of its live process's current image); a sampled memory record gets its
-//! symbolized stack (Python frames, the native frame, the mapping of
+//! symbolized stack (Python frames, the native frames, the mapping of
 //! file-backed growth) and the pages it made resident; an address record
 //! releases or moves pages.
 
@@ -19,7 +19,6 @@ use crate::{
     capture::AddressChange,
     events::Record,
     process::{proc, PythonState},
-    symbolize::NativeName,
 };
 
 /// Size of one page, in bytes.
@@ -37,6 +36,7 @@ impl Session {
             Record::Address(address) => self.on_address(&address),
             Record::Alloc(alloc) => self.on_alloc(&alloc),
             Record::Free(free) => self.on_free(&free),
+            Record::NativeStack(stack) => self.on_native_stack(stack),
         }
     }
 
@@ -190,7 +190,11 @@ impl Session {
             return;
         };
         let frames = &record.frames[..(record.frame_count as usize).min(record.frames.len())];
-        let mut stack = self.stack(tgid, record.stack_status, frames, record.native_ip);
+        let native = match self.take_native_stack(&record.header) {
+            Some(copy) => self.native_chain(tgid, &copy, !frames.is_empty(), false),
+            None => self.native_leaf(tgid, record.native_ip),
+        };
+        let mut stack = self.stack(tgid, record.stack_status, frames, native);
         if let Some(kind) = mapping_kind(event) {
             let name = self
                 .mappings
@@ -239,17 +243,17 @@ impl Session {
     }
 
     /// A record's stack, outermost first: the Python `frames` (innermost
-    /// first, walked with `STACK_*` bits `status`), then the native frame at
-    /// `native_ip`; markers say why Python frames are missing.
+    /// first, walked with `STACK_*` bits `status`), then the `native` frames
+    /// (outermost first); markers say why Python frames are missing.
     pub(super) fn stack(
         &mut self,
         tgid: u32,
         status: u32,
         frames: &[PyFrame],
-        native_ip: u64,
+        native: Vec<Frame>,
     ) -> Vec<Frame> {
         let count = frames.len();
-        let mut stack = Vec::with_capacity(count + 3);
+        let mut stack = Vec::with_capacity(count + 3 + native.len());
         if status & STACK_TRUNCATED != 0 {
             stack.push(unknown("outer frames truncated"));
         }
@@ -269,16 +273,7 @@ impl Session {
                 Err(_) => unknown("unresolved Python frame"),
             });
         }
-        if native_ip != 0 {
-            let NativeName { symbol, module } = self
-                .symbolizer
-                .symbolize(tgid, native_ip)
-                .unwrap_or_else(|| NativeName {
-                    symbol: format!("{native_ip:#x}"),
-                    module: None,
-                });
-            stack.push(Frame::Native { symbol, module });
-        }
+        stack.extend(native);
         stack
     }
 

@@ -12,7 +12,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use memtrace_common::ProcessCounters;
+use memtrace_common::{NativeStackRecord, ProcessCounters};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
@@ -30,7 +30,7 @@ use crate::{
         ProcessTree,
     },
     python::FrameResolver,
-    symbolize::NativeSymbolizer,
+    symbolize::{NativeSymbolizer, NativeUnwinder},
 };
 
 /// What `--allocations` costs the traced processes, said when it starts:
@@ -44,6 +44,8 @@ const ALLOCATOR_MODE_COST: &str = "allocator mode: every allocator call of the t
 /// about one read per process per second for the RSS timeline, with PSS and
 /// USS), new processes probed for CPython, and progress shown.
 const TICK: Duration = Duration::from_millis(200);
+/// How often a long drain stops to probe new processes for CPython.
+const PROBE_DURING_DRAIN: Duration = Duration::from_millis(5);
 /// How often the ring buffer is drained when the kernel has not woken us.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 /// Bytes pending in the ring buffer before the kernel wakes the reader.
@@ -80,6 +82,10 @@ pub(super) struct Session {
     pub(super) command: String,
     pub(super) resolver: FrameResolver,
     pub(super) symbolizer: NativeSymbolizer,
+    pub(super) unwinder: NativeUnwinder,
+    /// Each thread's last `NativeStackRecord`, until the allocation or
+    /// memory record sent after it.
+    pub(super) native_stacks: std::collections::HashMap<u32, Box<NativeStackRecord>>,
     pub(super) mappings: MappingNames,
     /// Paced PSS/USS reads.
     pub(super) sharing: SharingReader,
@@ -149,6 +155,8 @@ impl Session {
             command: command.to_owned(),
             resolver: FrameResolver::default(),
             symbolizer: NativeSymbolizer::default(),
+            unwinder: NativeUnwinder::default(),
+            native_stacks: std::collections::HashMap::new(),
             mappings: MappingNames::default(),
             sharing: SharingReader::default(),
             launched: None,
@@ -273,8 +281,7 @@ impl Session {
                 _ = sigint.recv() => self.stop_reason = Some(StopReason::Signal("SIGINT")),
                 _ = sleep_until(deadline) => self.stop_reason = Some(StopReason::Duration),
             }
-            reader.drain(|record| self.handle(record));
-            self.probe_new_processes();
+            self.drain_and_probe(reader);
             if last_tick.elapsed() < TICK {
                 continue;
             }
@@ -404,9 +411,28 @@ impl Session {
     }
 
     /// Forgets the per-process caches of `tgid` (exit or exec).
+    /// Drains the ring buffer, probing new processes for CPython after it
+    /// and every [`PROBE_DURING_DRAIN`] within it: unwinding and naming the
+    /// native stacks of a new process's first records can take tens of
+    /// milliseconds, and its Python frames are walked only once its
+    /// interpreter is found.
+    fn drain_and_probe(&mut self, reader: &mut RecordReader) {
+        let mut probed = Instant::now();
+        reader.drain(|record| {
+            self.handle(record);
+            if probed.elapsed() >= PROBE_DURING_DRAIN {
+                self.probe_new_processes();
+                probed = Instant::now();
+            }
+        });
+        self.probe_new_processes();
+    }
+
     pub(super) fn forget_tgid(&mut self, tgid: u32) {
         self.resolver.forget(tgid);
         self.symbolizer.forget(tgid);
+        self.unwinder.forget(tgid);
+        self.native_stacks.retain(|_, s| s.header.tgid != tgid);
         self.mappings.forget(tgid);
         self.sharing.forget(tgid);
     }

@@ -45,6 +45,10 @@ pub struct KernelOffsets {
     /// `offsetof(struct pt_regs, ip)`: the user instruction pointer saved
     /// at the last kernel entry.
     pub pt_regs_ip: u64,
+    /// `offsetof(struct pt_regs, sp)`: the user stack pointer.
+    pub pt_regs_sp: u64,
+    /// `offsetof(struct pt_regs, bp)`: the user frame pointer.
+    pub pt_regs_bp: u64,
 }
 
 /// Reads [`KernelOffsets`] from the BTF file at `path`.
@@ -77,6 +81,8 @@ pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, BpfError> {
         percpu_counter_size: counter.size() as u64,
         percpu_counter_count: byte_offset(&btf, &counter, "percpu_counter", "count")?,
         pt_regs_ip: byte_offset(&btf, &regs, "pt_regs", "ip")?,
+        pt_regs_sp: byte_offset(&btf, &regs, "pt_regs", "sp")?,
+        pt_regs_bp: byte_offset(&btf, &regs, "pt_regs", "bp")?,
     })
 }
 
@@ -203,6 +209,8 @@ mod tests {
         assert!(offsets.mm_rss_stat > 0, "{offsets:?}");
         assert!(offsets.percpu_counter_count < offsets.percpu_counter_size);
         assert_eq!(offsets.pt_regs_ip, 128, "x86-64: the 17th saved register");
+        assert_eq!(offsets.pt_regs_sp, 152, "x86-64: the 20th saved register");
+        assert_eq!(offsets.pt_regs_bp, 32, "x86-64: the 5th saved register");
     }
 
     #[test]

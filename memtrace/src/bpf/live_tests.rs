@@ -117,7 +117,7 @@ fn drain(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, drained: &mut Draine
             Record::Memory(memory) => drained.memory.push(*memory),
             Record::Address(_) => drained.addresses += 1,
             Record::ExitBegin(_) => drained.exit_begins += 1,
-            Record::Exec(_) | Record::Alloc(_) | Record::Free(_) => {}
+            Record::Exec(_) | Record::Alloc(_) | Record::Free(_) | Record::NativeStack(_) => {}
         }
     }
 }

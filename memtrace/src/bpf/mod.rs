@@ -72,6 +72,10 @@ pub mod globals {
     pub const PERCPU_COUNTER_COUNT_OFFSET: &str = "PERCPU_COUNTER_COUNT_OFFSET";
     /// `u64`: `offsetof(pt_regs, ip)`.
     pub const PT_REGS_IP_OFFSET: &str = "PT_REGS_IP_OFFSET";
+    /// `u64`: `offsetof(pt_regs, sp)`.
+    pub const PT_REGS_SP_OFFSET: &str = "PT_REGS_SP_OFFSET";
+    /// `u64`: `offsetof(pt_regs, bp)`.
+    pub const PT_REGS_BP_OFFSET: &str = "PT_REGS_BP_OFFSET";
 }
 
 /// The classic tracepoint programs: (program name, tracefs category,
@@ -358,6 +362,8 @@ impl Tracer {
                 true,
             )
             .override_global(globals::PT_REGS_IP_OFFSET, &offsets.pt_regs_ip, true)
+            .override_global(globals::PT_REGS_SP_OFFSET, &offsets.pt_regs_sp, true)
+            .override_global(globals::PT_REGS_BP_OFFSET, &offsets.pt_regs_bp, true)
             .load(EBPF_OBJECT)
             .map_err(|source| BpfError::Load {
                 source: Box::new(source),

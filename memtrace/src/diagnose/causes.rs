@@ -62,9 +62,9 @@ pub struct Place {
     /// The memory grew under CPython's import machinery: what an `import`
     /// loads.
     pub import_time: bool,
-    /// The native library whose code touched the memory, when it is not the
-    /// interpreter or the C runtime ([`Frame::native_library`]): memory a C
-    /// extension or an embedded library (`libsqlite3.so.0`) allocated.
+    /// The innermost native library of the stack's native chain that is not
+    /// the interpreter or the C runtime ([`Frame::native_library`]): memory a
+    /// C extension or an embedded library (`libsqlite3.so.0`) allocated.
     #[serde(default)]
     pub native_library: Option<String>,
     /// Bytes it holds as the cause's pattern measures them: at the
@@ -392,11 +392,13 @@ pub(crate) fn place_of(frames: &[Frame]) -> Place {
     Place {
         via: innermost_python.filter(|f| **f != frame).cloned(),
         import_time: frames.iter().any(Frame::is_import_machinery),
+        // The innermost library of the native chain under the Python
+        // frames (the C runtime's malloc under libsqlite3 names libsqlite3).
         native_library: frames
             .iter()
             .rev()
-            .find(|f| matches!(f, Frame::Native { .. }))
-            .and_then(Frame::native_library)
+            .take_while(|f| !matches!(f, Frame::Python { .. }))
+            .find_map(Frame::native_library)
             .map(str::to_owned),
         frame,
         bytes: 0,

@@ -4,8 +4,8 @@
 
 use memtrace_common::{
     AddressOp, AddressRecord, AllocCall, AllocRecord, ExecRecord, ExitBeginReason, ExitBeginRecord,
-    ExitRecord, ForkRecord, FreeRecord, MemoryEvent, MemoryRecord, RecordHeader, RecordKind,
-    MAX_FRAMES,
+    ExitRecord, ForkRecord, FreeRecord, MemoryEvent, MemoryRecord, NativeStackRecord, RecordHeader,
+    RecordKind, MAX_FRAMES, NATIVE_STACK_BYTES,
 };
 use thiserror::Error;
 
@@ -29,6 +29,10 @@ pub enum Record {
     Alloc(Box<AllocRecord>),
     /// A sampled heap block was freed (allocator mode).
     Free(FreeRecord),
+    /// A thread's user registers and stack at a sampled allocation or fault,
+    /// sent right before its [`Record::Alloc`] or [`Record::Memory`]
+    /// (boxed: 16 KiB).
+    NativeStack(Box<NativeStackRecord>),
 }
 
 /// Why a record could not be decoded. The record is skipped and counted.
@@ -82,6 +86,14 @@ pub enum DecodeError {
         /// The value found.
         call: u32,
     },
+    /// A native stack record claiming more stack bytes than it holds.
+    #[error(
+        "native stack record claims {len_bytes} stack bytes, at most {NATIVE_STACK_BYTES} fit"
+    )]
+    StackTooLong {
+        /// The length found.
+        len_bytes: u32,
+    },
     /// A memory or allocation record claiming more frames than it can hold.
     #[error("memory record claims {frame_count} frames, at most {MAX_FRAMES} fit")]
     TooManyFrames {
@@ -95,9 +107,9 @@ pub enum DecodeError {
 /// # Errors
 /// [`DecodeError`] when `bytes` is shorter than the header or than its
 /// kind's record, when the kind, memory event, exit-begin reason or address
-/// operation or allocator call is unknown, or when a memory or allocation
-/// record's `frame_count` exceeds
-/// [`MAX_FRAMES`].
+/// operation or allocator call is unknown, when a memory or allocation
+/// record's `frame_count` exceeds [`MAX_FRAMES`], or when a native stack
+/// record's `stack_len_bytes` exceeds [`NATIVE_STACK_BYTES`].
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let header: RecordHeader = read(bytes).ok_or(DecodeError::ShortHeader {
         len_bytes: bytes.len(),
@@ -114,7 +126,18 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         RecordKind::Address => decode_address(bytes).map(Record::Address),
         RecordKind::Alloc => decode_alloc(bytes).map(Record::Alloc),
         RecordKind::Free => read_kind(bytes, kind).map(Record::Free),
+        RecordKind::NativeStack => decode_native_stack(bytes).map(Record::NativeStack),
     }
+}
+
+fn decode_native_stack(bytes: &[u8]) -> Result<Box<NativeStackRecord>, DecodeError> {
+    let record: NativeStackRecord = read_kind(bytes, RecordKind::NativeStack)?;
+    if record.stack_len_bytes as usize > NATIVE_STACK_BYTES {
+        return Err(DecodeError::StackTooLong {
+            len_bytes: record.stack_len_bytes,
+        });
+    }
+    Ok(Box::new(record))
 }
 
 fn decode_alloc(bytes: &[u8]) -> Result<Box<AllocRecord>, DecodeError> {
@@ -341,6 +364,33 @@ mod tests {
             decode(&bytes[..bytes.len() - 1]),
             Err(DecodeError::Truncated { .. })
         ));
+    }
+
+    #[test]
+    fn decodes_native_stack_and_checks_its_length() {
+        let mut record = Box::new(NativeStackRecord {
+            header: header(RecordKind::NativeStack),
+            ip: 0x40_2000,
+            sp: 0x7ffe_0000_1010,
+            bp: 0,
+            stack_start: 0x7ffe_0000_1000,
+            stack_len_bytes: 2048,
+            _pad: 0,
+            stack: [7; NATIVE_STACK_BYTES],
+        });
+        let bytes = bytes_of(&*record);
+        assert_eq!(decode(&bytes), Ok(Record::NativeStack(record.clone())));
+        assert!(matches!(
+            decode(&bytes[..bytes.len() - 1]),
+            Err(DecodeError::Truncated { .. })
+        ));
+        record.stack_len_bytes = NATIVE_STACK_BYTES as u32 + 1;
+        assert_eq!(
+            decode(&bytes_of(&*record)),
+            Err(DecodeError::StackTooLong {
+                len_bytes: NATIVE_STACK_BYTES as u32 + 1
+            })
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
-//! Native instruction pointers to names: symbolizes `MemoryRecord::native_ip`
-//! (the faulting instruction or the syscall's return address) of a traced
-//! process with blazesym, so a stack can end in e.g. `PyList_Append` or
-//! `__memset_avx2_unaligned_erms` under the Python line that called it.
+//! Native instruction pointers to names: symbolizes a record's native
+//! instruction pointer (`MemoryRecord::native_ip`, `AllocRecord::native_ip`)
+//! or the frames of its unwound chain (`super::unwind`; a return address is
+//! looked up at `ip - 1`) of a traced process with blazesym, so a stack can
+//! end in e.g. `sqlite3Malloc` or `__memset_avx2_unaligned_erms` under the
+//! Python line that called it.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -80,6 +82,45 @@ impl NativeSymbolizer {
         name
     }
 
+    /// [`NativeSymbolizer::symbolize`] for each of `ips` (an unwound
+    /// chain), in order: the addresses not cached yet are symbolized in one
+    /// pass over the process's maps rather than one each.
+    pub fn symbolize_all(&mut self, tgid: u32, ips: &[u64]) -> Vec<Option<NativeName>> {
+        if tgid == 0 {
+            return vec![None; ips.len()];
+        }
+        let cached = self.cache.entry(tgid).or_default();
+        let mut missing: Vec<u64> = ips
+            .iter()
+            .copied()
+            .filter(|ip| !cached.contains_key(ip))
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            let reader = crate::process::proc::reader_pid(tgid).unwrap_or(tgid);
+            let mut names = self.symbol_names(reader, &missing);
+            let unnamed: Vec<u64> = missing
+                .iter()
+                .zip(&names)
+                .filter(|(_, name)| name.is_none())
+                .map(|(&ip, _)| ip)
+                .collect();
+            if !unnamed.is_empty() {
+                let mut offsets = self.module_offsets(reader, &unnamed).into_iter();
+                for name in names.iter_mut().filter(|name| name.is_none()) {
+                    *name = offsets.next().flatten();
+                }
+            }
+            let cached = self.cache.entry(tgid).or_default();
+            cached.extend(missing.into_iter().zip(names));
+        }
+        let cached = &self.cache[&tgid];
+        ips.iter()
+            .map(|ip| cached.get(ip).cloned().flatten())
+            .collect()
+    }
+
     /// Drops everything cached for `tgid` (it exited or exec'd).
     pub fn forget(&mut self, tgid: u32) {
         self.cache.remove(&tgid);
@@ -92,40 +133,73 @@ impl NativeSymbolizer {
     /// `ip`'s symbol, read through `/proc/<reader>` (the process or one of
     /// its live threads).
     fn symbol_name(&self, reader: u32, ip: u64) -> Option<NativeName> {
-        let mut process = Process::new(Pid::from(reader));
-        process.debug_syms = false;
-        let source = Source::Process(process);
         match self
             .symbolizer
-            .symbolize_single(&source, Input::AbsAddr(ip))
+            .symbolize_single(&process_source(reader), Input::AbsAddr(ip))
         {
-            Ok(Symbolized::Sym(sym)) => Some(NativeName {
-                module: sym
-                    .module
-                    .as_deref()
-                    .and_then(|module| Path::new(module).file_name())
-                    .map(|name| name.to_string_lossy().into_owned()),
-                symbol: sym.name.into_owned(),
-            }),
-            Ok(Symbolized::Unknown(_)) | Err(_) => None,
+            Ok(symbolized) => named(symbolized),
+            Err(_) => None,
+        }
+    }
+
+    /// The symbols of `ips`, in order, read through `/proc/<reader>` once.
+    fn symbol_names(&self, reader: u32, ips: &[u64]) -> Vec<Option<NativeName>> {
+        match self
+            .symbolizer
+            .symbolize(&process_source(reader), Input::AbsAddr(ips))
+        {
+            Ok(all) => all.into_iter().map(named).collect(),
+            Err(_) => vec![None; ips.len()],
         }
     }
 
     /// `ip`'s file and offset in it, read through `/proc/<reader>`.
     fn module_offset(&self, reader: u32, ip: u64) -> Option<NativeName> {
-        let output = self
-            .normalizer
-            .normalize_user_addrs(Pid::from(reader), &[ip])
-            .ok()?;
-        let &(file_offset, meta_index) = output.outputs.first()?;
-        let UserMeta::Elf(elf) = output.meta.get(meta_index)? else {
-            return None;
+        self.module_offsets(reader, &[ip]).pop().flatten()
+    }
+
+    /// The file and offset of each of `ips` (sorted), in order, read
+    /// through `/proc/<reader>` once.
+    fn module_offsets(&self, reader: u32, ips: &[u64]) -> Vec<Option<NativeName>> {
+        let Ok(output) = self.normalizer.normalize_user_addrs(Pid::from(reader), ips) else {
+            return vec![None; ips.len()];
         };
-        let module = Path::new(&elf.path).file_name()?.to_string_lossy();
-        Some(NativeName {
-            symbol: format!("{module}+{file_offset:#x}"),
-            module: Some(module.into_owned()),
-        })
+        let name = |&(file_offset, meta_index): &(u64, usize)| {
+            let UserMeta::Elf(elf) = output.meta.get(meta_index)? else {
+                return None;
+            };
+            let module = Path::new(&elf.path).file_name()?.to_string_lossy();
+            Some(NativeName {
+                symbol: format!("{module}+{file_offset:#x}"),
+                module: Some(module.into_owned()),
+            })
+        };
+        let mut names: Vec<_> = output.outputs.iter().map(name).collect();
+        names.resize(ips.len(), None);
+        names
+    }
+}
+
+/// Process `reader` as a blazesym source, without DWARF (see
+/// [`NativeSymbolizer::new`]).
+fn process_source(reader: u32) -> Source<'static> {
+    let mut process = Process::new(Pid::from(reader));
+    process.debug_syms = false;
+    Source::Process(process)
+}
+
+/// The name blazesym found, if it found one.
+fn named(symbolized: Symbolized) -> Option<NativeName> {
+    match symbolized {
+        Symbolized::Sym(sym) => Some(NativeName {
+            module: sym
+                .module
+                .as_deref()
+                .and_then(|module| Path::new(module).file_name())
+                .map(|name| name.to_string_lossy().into_owned()),
+            symbol: sym.name.into_owned(),
+        }),
+        Symbolized::Unknown(_) => None,
     }
 }
 
@@ -170,6 +244,45 @@ mod tests {
         assert_eq!(cached(&symbolizer), Some(name.clone()));
     }
 
+    /// The start of the test executable's first mapping (its ELF header:
+    /// mapped, but in no symbol).
+    fn executable_start() -> u64 {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let first = maps
+            .lines()
+            .find(|line| line.ends_with(exe.to_str().unwrap()))
+            .unwrap();
+        u64::from_str_radix(first.split('-').next().unwrap(), 16).unwrap()
+    }
+
+    #[test]
+    fn names_a_chain_in_one_pass_as_one_by_one() {
+        let ips = [
+            memtrace_symbolize_test_target as *const () as u64 + 1,
+            executable_start() + 0x10,
+            nix::libc::getpid as *const () as u64,
+            memtrace_symbolize_test_target as *const () as u64 + 1,
+        ];
+        let mut batch = NativeSymbolizer::new();
+        let all = batch.symbolize_all(own_tgid(), &ips);
+        let mut single = NativeSymbolizer::new();
+        let one_by_one: Vec<_> = ips
+            .iter()
+            .map(|&ip| single.symbolize(own_tgid(), ip))
+            .collect();
+        assert_eq!(all, one_by_one);
+        assert_eq!(
+            all[0].as_ref().map(|n| n.symbol.as_str()),
+            Some("memtrace_symbolize_test_target")
+        );
+        assert!(
+            all[1].as_ref().unwrap().symbol.ends_with("+0x10"),
+            "{all:?}"
+        );
+        assert_eq!(batch.symbolize_all(own_tgid(), &ips), all);
+    }
+
     #[test]
     fn names_a_libc_function() {
         let mut symbolizer = NativeSymbolizer::new();
@@ -182,14 +295,8 @@ mod tests {
 
     #[test]
     fn file_offset_when_no_symbol_covers_the_address() {
-        // The ELF header of the test executable: mapped, but in no symbol.
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let first = maps
-            .lines()
-            .find(|line| line.ends_with(exe.to_str().unwrap()))
-            .unwrap();
-        let start = u64::from_str_radix(first.split('-').next().unwrap(), 16).unwrap();
+        let start = executable_start();
         let mut symbolizer = NativeSymbolizer::new();
         let name = symbolizer.symbolize(own_tgid(), start + 0x10).unwrap();
         let module = exe.file_name().unwrap().to_string_lossy();
