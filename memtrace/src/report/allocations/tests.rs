@@ -227,3 +227,39 @@ fn the_section_names_images_as_the_table_does_and_folds_unhooked_ones() {
     );
     assert!(!text.contains("process ended first"), "{text}");
 }
+
+#[test]
+fn a_long_native_chain_still_shows_the_python_frame_that_called_it() {
+    let chain = |natives: &[&str]| {
+        let mut stack = vec![
+            "<module> (app.py:1)".to_owned(),
+            "lookup (app.py:34)".to_owned(),
+        ];
+        stack.extend(natives.iter().map(|n| (*n).to_owned()));
+        stack
+    };
+    assert_eq!(
+        text::shown_path(&chain(&[
+            "execute",
+            "sqlite3_step",
+            "sqlite3VdbeExec",
+            "pcache1Alloc"
+        ])),
+        "lookup (app.py:34) -> … -> sqlite3_step -> sqlite3VdbeExec -> pcache1Alloc"
+    );
+    assert_eq!(
+        text::shown_path(&chain(&["sqlite3_step", "sqlite3VdbeExec", "pcache1Alloc"])),
+        "lookup (app.py:34) -> sqlite3_step -> sqlite3VdbeExec -> pcache1Alloc"
+    );
+    assert_eq!(
+        text::shown_path(&chain(&["list_append"])),
+        "<module> (app.py:1) -> lookup (app.py:34) -> list_append"
+    );
+    let native_only: Vec<String> = ["main", "host_run", "host_fill", "host_fill_cache", "malloc"]
+        .map(String::from)
+        .into();
+    assert_eq!(
+        text::shown_path(&native_only),
+        "host_run -> host_fill -> host_fill_cache -> malloc"
+    );
+}

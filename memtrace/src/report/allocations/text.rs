@@ -9,8 +9,9 @@ use crate::aggregate::ProcessReport;
 use crate::allocations::{AllocationsReport, HookStatus, ProcessAllocations, INLINED_REMEDY};
 use crate::units::format_bytes;
 
-/// Innermost frames of a path shown, outermost first (`a -> b -> c`).
-const FRAMES_SHOWN: usize = 3;
+/// Frames of a path shown, outermost first (`a -> b -> c`): the innermost
+/// Python frame and the native frames nearest the allocator.
+const FRAMES_SHOWN: usize = 4;
 
 /// Writes the allocator section with at most `top` paths per process;
 /// `processes` are the report's process images, whose names the section
@@ -162,7 +163,6 @@ fn render_process(
         "allocated", "freed", "leaked", "at peak", "temporary"
     )?;
     for path in process.paths.iter().take(top) {
-        let shown = path.stack.len().saturating_sub(FRAMES_SHOWN);
         writeln!(
             out,
             "    {:>10} {:>10} {:>10} {:>10} {:>10}  {}",
@@ -171,8 +171,37 @@ fn render_process(
             format_bytes(path.leaked_bytes),
             format_bytes(path.peak_bytes),
             format_bytes(path.temporary_bytes),
-            path.stack[shown..].join(" -> ")
+            shown_path(&path.stack)
         )?;
     }
     Ok(())
+}
+
+/// The frames of `stack` (outermost first) the section shows, joined by
+/// ` -> `: the innermost Python frame, then the innermost native frames under
+/// it, with `…` for the native frames between them left out (a chain through
+/// a library can be 30 deep), so the line always names the Python code. A
+/// stack without Python frames shows its innermost frames.
+pub(super) fn shown_path(stack: &[String]) -> String {
+    let start = stack.len().saturating_sub(FRAMES_SHOWN);
+    match stack.iter().rposition(|frame| is_python_frame(frame)) {
+        Some(python) if python < start => {
+            format!(
+                "{} -> … -> {}",
+                stack[python],
+                stack[start + 1..].join(" -> ")
+            )
+        }
+        _ => stack[start..].join(" -> "),
+    }
+}
+
+/// Whether `frame` is a Python frame as `aggregate::Frame` displays one:
+/// `function (file:line)`.
+fn is_python_frame(frame: &str) -> bool {
+    frame
+        .strip_suffix(')')
+        .and_then(|rest| rest.rsplit_once(" ("))
+        .and_then(|(_, location)| location.rsplit_once(':'))
+        .is_some_and(|(_, line)| line.parse::<u32>().is_ok())
 }
