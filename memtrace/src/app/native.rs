@@ -65,24 +65,53 @@ impl Session {
         let shown = shown_frames(&places, has_python);
         let ips: Vec<u64> = frames[..shown].iter().rev().map(|f| f.lookup_ip).collect();
         let names = self.symbolizer.symbolize_all(tgid, &ips);
-        ips.iter()
-            .zip(names)
-            .map(|(&ip, name)| frame_named(ip, name))
-            .collect()
+        names.into_iter().map(frame_named).collect()
     }
 
     /// The frame naming `ip` of `tgid`.
     fn native_frame(&mut self, tgid: u32, ip: u64) -> Frame {
-        let name = self.symbolizer.symbolize(tgid, ip);
-        frame_named(ip, name)
+        frame_named(self.symbolizer.symbolize(tgid, ip))
     }
 }
 
-/// The frame of `ip` named `name`, its address when it has no name.
-fn frame_named(ip: u64, name: Option<NativeName>) -> Frame {
+/// The frame named `name`; [`UNNAMED_NATIVE`] when it has none.
+fn frame_named(name: Option<NativeName>) -> Frame {
     let NativeName { symbol, module } = name.unwrap_or_else(|| NativeName {
-        symbol: format!("{ip:#x}"),
+        symbol: UNNAMED_NATIVE.to_owned(),
         module: None,
     });
     Frame::Native { symbol, module }
+}
+
+/// The name of a native frame in no mapped file: anonymous (JIT) code, or
+/// a process that ended before its record was read, whose maps are gone. Its
+/// address would differ in every process (ASLR) and split one path per
+/// process, so all of them are one frame, as `perf` names them.
+const UNNAMED_NATIVE: &str = "[unknown]";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_without_a_name_is_unknown_not_its_address() {
+        let named = NativeName {
+            symbol: "malloc".to_owned(),
+            module: Some("libc.so.6".to_owned()),
+        };
+        assert_eq!(
+            frame_named(Some(named)),
+            Frame::Native {
+                symbol: "malloc".to_owned(),
+                module: Some("libc.so.6".to_owned())
+            }
+        );
+        assert_eq!(
+            frame_named(None),
+            Frame::Native {
+                symbol: UNNAMED_NATIVE.to_owned(),
+                module: None
+            }
+        );
+    }
 }
