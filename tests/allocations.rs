@@ -317,3 +317,80 @@ fn debian_static_python_gets_the_inlined_allocator_message_and_its_remedy_works(
         false
     );
 }
+
+/// The allocations entries of `tgid`, one per image, in the order the
+/// images began.
+fn images_of(trace: &Trace, tgid: u64) -> Vec<&Value> {
+    trace.report["allocations"]["processes"]
+        .as_array()
+        .expect("the report has an allocations section")
+        .iter()
+        .filter(|p| p["tgid"].as_u64() == Some(tgid))
+        .collect()
+}
+
+/// The sum of `field` over the paths of one allocations entry that run
+/// through `function`.
+fn entry_bytes(entry: &Value, function: &str, field: &str) -> f64 {
+    let frame = format!("{function} (");
+    entry["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|path| {
+            path["stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f.as_str().is_some_and(|f| f.starts_with(&frame)))
+        })
+        .map(|path| path[field].as_u64().unwrap() as f64)
+        .sum()
+}
+
+#[test]
+fn pythons_a_shell_forks_and_execs_are_hooked_as_their_new_images() {
+    // Two children of one shell exec Python at once: while the drain is
+    // busy with one, the other's exec record is still queued when /proc
+    // already shows Python. Probing then must wait for that record, or the
+    // probes go to the shell's image and the exec record detaches them.
+    let python = require_ebpf!(python_3_11());
+    let script = script("alloc_leak_churn.py");
+    let one = format!(
+        "{} {} --keep-mib 30 --start-delay {START_DELAY_SECONDS}",
+        python.display(),
+        script.display()
+    );
+    let shell = format!("{one} & {one}; wait");
+    let trace = trace(&[
+        "run",
+        "--allocations",
+        "--sample-bytes",
+        SAMPLE_BYTES,
+        "--",
+        "sh",
+        "-c",
+        &shell,
+    ]);
+    let kept = trace.workload_events("kept");
+    assert_eq!(kept.len(), 2, "two workloads");
+    for event in kept {
+        let tgid = event["pid"].as_u64().unwrap();
+        let images = images_of(&trace, tgid);
+        let (python_image, before) = images.split_last().expect("an entry per image");
+        assert_eq!(python_image["hook"]["status"], "hooked", "{python_image}");
+        let leaked = entry_bytes(python_image, "keep_small_objects", "leaked_bytes");
+        assert_within(
+            leaked,
+            event["getsizeof_bytes"].as_f64().unwrap(),
+            &format!("leaked by keep_small_objects in tgid {tgid}'s Python image"),
+        );
+        for image in before {
+            assert_eq!(
+                entry_bytes(image, "keep_small_objects", "allocated_bytes"),
+                0.0,
+                "the image before the exec got the Python image's allocations: {image}"
+            );
+        }
+    }
+}

@@ -104,6 +104,13 @@ pub struct ProcessCounters {
     /// `rss_stat` events are not counted then: a successful execve tears the
     /// old address space down while its `mm` is still the one followed.
     pub in_execve: u32,
+    /// Successful `execve`s of the process since it entered the trace (its
+    /// fork, or userspace adding it): userspace compares it with the exec
+    /// records it has handled, so a process that exec'd while its record
+    /// is still queued is not probed as the image before.
+    pub exec_count: u32,
+    /// Always zero.
+    pub _pad: u32,
 }
 
 impl ProcessCounters {
@@ -125,5 +132,5 @@ impl ProcessCounters {
 }
 
 const _: () = {
-    assert!(core::mem::size_of::<ProcessCounters>() == 8 * 26);
+    assert!(core::mem::size_of::<ProcessCounters>() == 8 * 27);
 };

@@ -132,6 +132,7 @@ fn try_sched_process_exec() {
         *counters = ProcessCounters {
             rss_known: RSS_ALL_KNOWN,
             parent_tgid: old.parent_tgid,
+            exec_count: old.exec_count.wrapping_add(1),
             ..ProcessCounters::default()
         };
     }

@@ -1,7 +1,7 @@
 //! Serde form of the kernel's [`ProcessCounters`] (a `no_std` type without
 //! serde) for process starts, captures and reports: zero fields left out,
 //! the kernel's own bookkeeping (`brk_end`, `exit_flags`, `mm`,
-//! `parent_tgid`, `in_execve`) not written (read back as 0). The compiler checks the field list
+//! `parent_tgid`, `in_execve`, `exec_count`) not written (read back as 0). The compiler checks the field list
 //! against the type.
 
 use memtrace_common::{ProcessCounters, RSS_MEMBER_COUNT};
@@ -64,6 +64,10 @@ pub(crate) struct CountersDef {
     parent_tgid: u32,
     #[serde(skip)]
     in_execve: u32,
+    #[serde(skip)]
+    exec_count: u32,
+    #[serde(skip)]
+    _pad: u32,
 }
 
 #[cfg(test)]

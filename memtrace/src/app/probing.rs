@@ -31,8 +31,13 @@ impl Session {
         }
     }
 
-    /// Probes `tgid` for CPython once and records what was found.
+    /// Probes `tgid` for CPython once and records what was found; not while
+    /// an exec of it is still queued in the ring buffer (what `/proc` shows
+    /// is then the next image, not the one the tree holds).
     pub(super) fn probe_python(&mut self, tgid: u32) {
+        if self.exec_queued(tgid) {
+            return;
+        }
         match python::probe(tgid) {
             Ok(Probe::Python(process)) => {
                 if let Err(err) = self.tracer.set_python(tgid, process.info) {
@@ -62,6 +67,13 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Whether the kernel saw `tgid` exec more often than the tree has
+    /// handled exec records of it.
+    fn exec_queued(&self, tgid: u32) -> bool {
+        let handled = self.tree.get(tgid).map(|p| p.exec_count);
+        matches!((self.tracer.exec_count(tgid), handled), (Some(kernel), Some(handled)) if kernel != handled)
     }
 
     /// Attaches the finalization uprobe to `binary` (once per binary); a

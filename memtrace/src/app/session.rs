@@ -410,7 +410,6 @@ impl Session {
         }
     }
 
-    /// Forgets the per-process caches of `tgid` (exit or exec).
     /// Drains the ring buffer, probing new processes for CPython after it
     /// and every [`PROBE_DURING_DRAIN`] within it: unwinding and naming the
     /// native stacks of a new process's first records can take tens of
@@ -428,6 +427,7 @@ impl Session {
         self.probe_new_processes();
     }
 
+    /// Forgets the per-process caches of `tgid` (exit or exec).
     pub(super) fn forget_tgid(&mut self, tgid: u32) {
         self.resolver.forget(tgid);
         self.symbolizer.forget(tgid);

@@ -498,6 +498,18 @@ impl Tracer {
             .map_err(|source| map_error(PROCESSES_MAP, "iterate".into(), source))
     }
 
+    /// How many `execve`s the kernel has seen `tgid` make since it entered
+    /// the trace (`ProcessCounters::exec_count`); `None` when it is not
+    /// traced or the map cannot be read.
+    #[must_use]
+    pub fn exec_count(&self, tgid: u32) -> Option<u32> {
+        self.processes()
+            .ok()?
+            .get(&tgid, 0)
+            .ok()
+            .map(|c| c.exec_count)
+    }
+
     /// The `PROCESSES` map, read-only.
     fn processes(&self) -> Result<HashMap<&MapData, u32, ProcessCounters>, BpfError> {
         let map = self

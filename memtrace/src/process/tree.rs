@@ -46,6 +46,9 @@ pub struct TracedProcess {
     pub py_info: Option<PyProcessInfo>,
     /// Set once it began to exit: no more probing.
     pub exiting: bool,
+    /// Exec records handled since it entered the trace (the kernel's
+    /// `ProcessCounters::exec_count` when none is queued).
+    pub exec_count: u32,
 }
 
 /// The live traced processes, by tgid.
@@ -68,6 +71,7 @@ impl ProcessTree {
             python: pending(),
             py_info: None,
             exiting: false,
+            exec_count: 0,
         };
         self.processes.insert(tgid, process);
         self.ever_traced = true;
@@ -81,6 +85,7 @@ impl ProcessTree {
             p.python = pending();
             p.py_info = None;
             p.exiting = false;
+            p.exec_count = p.exec_count.wrapping_add(1);
         }
     }
 

@@ -1,5 +1,5 @@
 //! Step 3 of the data flow (symbolize), native side: the user stack copied
-//! at a sampled allocation (`NativeStackRecord`) to its chain of code
+//! at a sampled allocation or user-mode fault (`NativeStackRecord`) to its chain of code
 //! addresses, innermost first, unwound with the binaries' DWARF CFI
 //! (`.eh_frame`, by framehop; frame pointers where a function has none).
 //! The modules are the executable file mappings of /proc/PID/maps; each
