@@ -381,9 +381,9 @@ impl TryFrom<u32> for AllocCall {
 pub const ALLOC_UNTRACKED: u32 = 1;
 
 /// [`AllocRecord::flags`]: the outermost call was one of CPython's
-/// allocator API (`PyObject_*`, `PyMem_*`, `PyMem_Raw*`), not glibc's
-/// `malloc` family called directly; its probes carry
-/// [`ALLOC_COOKIE_PYTHON_API`].
+/// allocator API that pymalloc may serve (`PyObject_*`, `PyMem_*`; not
+/// `PyMem_Raw*`, which always calls the C allocator), not glibc's `malloc`
+/// family; its probes carry [`ALLOC_COOKIE_PYTHON_API`].
 pub const ALLOC_PYTHON_API: u32 = 2;
 
 /// The attach cookie (`bpf_get_attach_cookie`) of the entry probes on

@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use memtrace_common::{AllocRecord, ForkRecord, FreeRecord, ALLOC_PYTHON_API, ALLOC_UNTRACKED};
+use memtrace_common::{
+    AllocRecord, ForkRecord, FreeRecord, ProcessCounters, ALLOC_PYTHON_API, ALLOC_UNTRACKED,
+    MM_ANONPAGES,
+};
 
 use super::session::{monotonic_ns, Session};
 use crate::aggregate::RunMeta;
@@ -50,11 +53,14 @@ impl Session {
     }
 
     /// A traced process exec'd: the old image's probes are gone with its
-    /// address space; the new image is hooked once probed.
-    pub(super) fn alloc_exec(&mut self, tgid: u32, ts_ns: u64) {
-        if self.allocations.is_none() {
+    /// address space; the new image is hooked once probed. `counters` are
+    /// the old image's last: its anonymous RSS at the end (a periodic read
+    /// after the exec, before this record, read the new image's).
+    pub(super) fn alloc_exec(&mut self, tgid: u32, ts_ns: u64, counters: &ProcessCounters) {
+        let Some(tracker) = &mut self.allocations else {
             return;
-        }
+        };
+        tracker.rss_anon(tgid, counters.rss_bytes[MM_ANONPAGES]);
         self.alloc_exited(tgid);
         self.alloc_started(tgid, ts_ns);
     }

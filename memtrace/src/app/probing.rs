@@ -73,7 +73,8 @@ impl Session {
     /// handled exec records of it.
     fn exec_queued(&self, tgid: u32) -> bool {
         let handled = self.tree.get(tgid).map(|p| p.exec_count);
-        matches!((self.tracer.exec_count(tgid), handled), (Some(kernel), Some(handled)) if kernel != handled)
+        let kernel = self.tracer.counters_of(tgid).map(|c| c.exec_count);
+        matches!((kernel, handled), (Some(kernel), Some(handled)) if kernel != handled)
     }
 
     /// Attaches the finalization uprobe to `binary` (once per binary); a

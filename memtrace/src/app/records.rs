@@ -11,7 +11,7 @@ use memtrace_common::{
     STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER, STACK_TRUNCATED,
 };
 
-use super::session::Session;
+use super::session::{monotonic_ns, Session};
 use crate::{
     aggregate::{
         ExitBegin, ExitStatus, Frame, MappingKind, MemorySample, ProcessStart, PythonStatus, Role,
@@ -65,8 +65,26 @@ impl Session {
             },
         });
         self.tree.add(child, id, Role::Worker);
+        if fork.shares_parent_mm == 0 {
+            self.reread_parent(parent_tgid);
+        }
         self.inherit_python(child, parent_tgid);
         self.alloc_forked(fork);
+    }
+
+    /// Reads the PSS and USS of a process that just forked, now: its pages
+    /// are shared with the child from the fork on, and the child's read
+    /// beside the parent's last one (up to seconds old) would count them
+    /// twice in the tree's totals.
+    fn reread_parent(&mut self, parent_tgid: u32) {
+        let Some(id) = self.tree.id_of(parent_tgid) else {
+            return;
+        };
+        if let Some(counters) = self.tracer.counters_of(parent_tgid) {
+            let sharing = self.sharing.read_now(parent_tgid);
+            self.recorder
+                .counters(id, monotonic_ns(), &counters, sharing);
+        }
     }
 
     /// A child runs its parent's interpreter: same code objects, same layout.
@@ -98,7 +116,7 @@ impl Session {
             self.add_launched_image(tgid, ts_ns);
             return;
         }
-        self.alloc_exec(tgid, ts_ns);
+        self.alloc_exec(tgid, ts_ns, counters);
         let Some(id) = self.tree.id_of(tgid) else {
             return;
         };
@@ -186,11 +204,13 @@ impl Session {
             return; // decode() already rejected unknown events
         };
         let tgid = record.header.tgid;
+        // Taken first: a stack whose record is ignored must not stay.
+        let copy = self.take_native_stack(&record.header);
         let Some(id) = self.tree.id_of(tgid) else {
             return;
         };
         let frames = &record.frames[..(record.frame_count as usize).min(record.frames.len())];
-        let native = match self.take_native_stack(&record.header) {
+        let native = match copy {
             Some(copy) => self.native_chain(tgid, &copy, !frames.is_empty(), false),
             None => self.native_leaf(tgid, record.native_ip),
         };

@@ -363,11 +363,18 @@ pub fn attach_binary(
         };
         let point = UProbeAttachPoint {
             location: UProbeAttachLocation::AbsoluteOffset(offset),
-            cookie,
+            cookie: cookie.filter(|_| !is_raw_api(symbol)),
         };
         links.push(attach_one(ebpf, (program, symbol), point, path, tgid)?);
     }
     Ok(())
+}
+
+/// Whether `symbol` is CPython's raw allocator API (`PyMem_Raw*`), which
+/// always calls the C allocator (pymalloc never serves it): its blocks do
+/// not get the Python-API cookie.
+fn is_raw_api(symbol: &str) -> bool {
+    symbol.starts_with("PyMem_Raw")
 }
 
 fn attach_one(
@@ -423,6 +430,27 @@ pub fn exponential_draws(mean_bytes: u64, len: u32) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn raw_api_blocks_are_not_marked_as_pymalloc_candidates() {
+        let python_api: Vec<&str> = PYTHON_HOOKS
+            .iter()
+            .filter(|(_, program)| *program != "alloc_free" && *program != "alloc_free_second")
+            .map(|(symbol, _)| *symbol)
+            .filter(|symbol| !is_raw_api(symbol))
+            .collect();
+        assert_eq!(
+            python_api,
+            [
+                "PyObject_Malloc",
+                "PyObject_Calloc",
+                "PyObject_Realloc",
+                "PyMem_Malloc",
+                "PyMem_Calloc",
+                "PyMem_Realloc"
+            ]
+        );
+    }
 
     #[test]
     fn draws_have_the_mean() {

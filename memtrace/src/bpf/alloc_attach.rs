@@ -105,10 +105,13 @@ impl Tracer {
     /// and drops every block of it from the kernel's live set, including
     /// blocks userspace never saw (sampled as its exit began, or whose
     /// record was lost on a full ring buffer). Returns the blocks dropped.
+    /// A process that was never hooked has no blocks: the map is not
+    /// scanned (shells and shims end by the dozen).
     pub fn detach_allocator(&mut self, tgid: u32) -> usize {
-        if let Some(links) = self.alloc_links.remove(tgid) {
-            alloc::detach(&mut self.ebpf, links);
-        }
+        let Some(links) = self.alloc_links.remove(tgid) else {
+            return 0;
+        };
+        alloc::detach(&mut self.ebpf, links);
         self.drop_live_blocks(tgid)
     }
 

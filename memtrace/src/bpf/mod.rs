@@ -498,16 +498,11 @@ impl Tracer {
             .map_err(|source| map_error(PROCESSES_MAP, "iterate".into(), source))
     }
 
-    /// How many `execve`s the kernel has seen `tgid` make since it entered
-    /// the trace (`ProcessCounters::exec_count`); `None` when it is not
+    /// The counters of traced process `tgid` now; `None` when it is not
     /// traced or the map cannot be read.
     #[must_use]
-    pub fn exec_count(&self, tgid: u32) -> Option<u32> {
-        self.processes()
-            .ok()?
-            .get(&tgid, 0)
-            .ok()
-            .map(|c| c.exec_count)
+    pub fn counters_of(&self, tgid: u32) -> Option<ProcessCounters> {
+        self.processes().ok()?.get(&tgid, 0).ok()
     }
 
     /// The `PROCESSES` map, read-only.
