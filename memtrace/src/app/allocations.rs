@@ -7,6 +7,7 @@
 
 use std::io::{self, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
@@ -25,6 +26,10 @@ use crate::report::allocations::{
     render_flamegraph, render_folded, render_pprof, render_speedscope, AllocWeight, ProfileRun,
 };
 use crate::report::Format;
+
+/// Least time between two allocations lines of a capture (the end writes
+/// one whatever the time).
+const ALLOCATIONS_CAPTURE_INTERVAL: Duration = Duration::from_secs(30);
 
 impl Session {
     /// A traced process (image) entered the trace at monotonic `ts_ns`.
@@ -150,17 +155,26 @@ impl Session {
     }
 
     /// `--allocations --capture`: writes the allocations report to the
-    /// capture when it changed since it was last written.
+    /// capture when it changed since it was last written, at most every
+    /// [`ALLOCATIONS_CAPTURE_INTERVAL`] (each line is the whole report: one
+    /// a second made most of a long capture); the end writes the last one.
     pub(super) fn capture_allocations(&mut self) {
         if !self.recorder.capturing() {
+            return;
+        }
+        if self
+            .alloc_captured
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() < ALLOCATIONS_CAPTURE_INTERVAL)
+        {
             return;
         }
         let Some(report) = self.allocations_report(false) else {
             return;
         };
-        if self.alloc_captured.as_ref() != Some(&report) {
+        if self.alloc_captured.as_ref().map(|(last, _)| last) != Some(&report) {
             self.recorder.allocations(&report);
-            self.alloc_captured = Some(report);
+            self.alloc_captured = Some((report, Instant::now()));
         }
     }
 

@@ -115,8 +115,8 @@ pub(super) struct Session {
     /// per process (a fork's child gets its parent's).
     pub(super) alloc_python_binary: std::collections::HashMap<u32, std::path::PathBuf>,
     /// `--allocations --capture`: the allocations report last written to
-    /// the capture.
-    pub(super) alloc_captured: Option<AllocationsReport>,
+    /// the capture, and when.
+    pub(super) alloc_captured: Option<(AllocationsReport, std::time::Instant)>,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
