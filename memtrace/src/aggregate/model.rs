@@ -108,22 +108,13 @@ impl Frame {
     /// memory a C extension or an embedded library (`libsqlite3.so.0`,
     /// `_json.cpython-311-x86_64-linux-gnu.so`) allocated itself.
     pub fn native_library(&self) -> Option<&str> {
-        const RUNTIME: [&str; 8] = [
-            "python",
-            "libpython",
-            "libc.",
-            "libc-",
-            "ld-linux",
-            "libm.",
-            "libpthread",
-            "libdl",
-        ];
         match self {
             Self::Native {
                 module: Some(module),
                 ..
-            } if !RUNTIME.iter().any(|prefix| module.starts_with(prefix))
-                && !module.starts_with("[vdso") =>
+            } if !module.starts_with("python")
+                && !module.starts_with("libpython")
+                && !crate::symbolize::is_c_runtime(module) =>
             {
                 Some(module)
             }

@@ -34,7 +34,7 @@ pub fn shown_frames(places: &[Place], has_python: bool) -> usize {
             Place::EvalLoop if !left_interpreter => return 1,
             Place::EvalLoop | Place::Interpreter if left_interpreter => return index,
             Place::Native => left_interpreter = true,
-            Place::EvalLoop | Place::Interpreter => {}
+            Place::EvalLoop | Place::Interpreter | Place::CRuntime => {}
         }
     }
     if left_interpreter {
@@ -47,7 +47,7 @@ pub fn shown_frames(places: &[Place], has_python: bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Place::{EvalLoop as E, Interpreter as I, Native as N};
+    use Place::{CRuntime as C, EvalLoop as E, Interpreter as I, Native as N};
 
     #[test]
     fn native_code_called_from_python_is_kept_up_to_the_interpreter() {
@@ -55,6 +55,17 @@ mod tests {
         assert_eq!(shown_frames(&[N, N, N, N, I, I, E, I], true), 4);
         // An extension calling back into the C API that allocated.
         assert_eq!(shown_frames(&[I, I, N, N, I, E], true), 4);
+    }
+
+    #[test]
+    fn the_c_runtime_neither_leaves_nor_enters_the_interpreter() {
+        // memcpy into a buffer PyBytes_FromStringAndSize made for an
+        // extension: the extension stays.
+        assert_eq!(shown_frames(&[C, I, N, I, E], true), 3);
+        // memcpy called by the extension itself.
+        assert_eq!(shown_frames(&[C, N, I, E], true), 2);
+        // memcpy called by the interpreter alone: its innermost frame.
+        assert_eq!(shown_frames(&[C, I, I, E], true), 1);
     }
 
     #[test]

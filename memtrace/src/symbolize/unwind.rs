@@ -42,6 +42,8 @@ pub enum Place {
     Interpreter,
     /// In the interpreter's eval loop (`_PyEval_EvalFrameDefault`).
     EvalLoop,
+    /// In the C runtime ([`super::is_c_runtime`]): on behalf of its caller.
+    CRuntime,
 }
 
 /// One unwound frame.
@@ -118,6 +120,8 @@ struct Mapped {
     bias: u64,
     /// Whether it is the interpreter, and where its eval loop is.
     eval_loop: Option<Range<u64>>,
+    /// Whether it is the C runtime.
+    c_runtime: bool,
 }
 
 /// One process's modules and framehop state.
@@ -256,10 +260,12 @@ impl NativeUnwinder {
             let name = path.display().to_string();
             let sections = file.sections.clone();
             unwinder.add_module(Module::new(name, start..end, bias, sections));
+            let file_name = path.file_name().map(|n| n.to_string_lossy());
             mapped.push(Mapped {
                 range: start..end,
                 bias,
                 eval_loop: file.eval_loop.clone(),
+                c_runtime: file_name.is_some_and(|n| super::is_c_runtime(&n)),
             });
         }
         Some(ProcessModules {
@@ -278,6 +284,7 @@ fn place_of(mapped: &[Mapped], ip: u64) -> Place {
         return Place::Native;
     };
     match &module.eval_loop {
+        None if module.c_runtime => Place::CRuntime,
         None => Place::Native,
         Some(eval) if eval.contains(&ip.wrapping_sub(module.bias)) => Place::EvalLoop,
         Some(_) => Place::Interpreter,
@@ -502,7 +509,10 @@ mod tests {
             names.iter().any(|n| n.contains("unwinds_a_copied_stack")),
             "{names:?}"
         );
-        assert!(frames.iter().all(|f| f.place == Place::Native));
+        // This test binary and its libraries: no interpreter here.
+        assert!(frames
+            .iter()
+            .all(|f| matches!(f.place, Place::Native | Place::CRuntime)));
         unwinder.forget(std::process::id());
         assert!(unwinder.processes.is_empty());
     }
