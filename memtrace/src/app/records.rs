@@ -143,6 +143,7 @@ impl Session {
             sharing: None,
         });
         self.tree.add(tgid, id, Role::Root);
+        self.tree.added_by_exec(tgid);
         self.alloc_started(tgid, ts_ns);
         self.probe_python(tgid);
     }

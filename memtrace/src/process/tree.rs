@@ -89,6 +89,14 @@ impl ProcessTree {
         }
     }
 
+    /// The process was traced before the execve that added it (`memtrace
+    /// run`'s command, held before its exec): the kernel counted that exec.
+    pub fn added_by_exec(&mut self, tgid: u32) {
+        if let Some(p) = self.processes.get_mut(&tgid) {
+            p.exec_count = p.exec_count.wrapping_add(1);
+        }
+    }
+
     /// The process began to exit: it is no longer probed.
     pub fn exit_began(&mut self, tgid: u32) {
         if let Some(p) = self.processes.get_mut(&tgid) {
