@@ -61,20 +61,7 @@ impl Trace {
     /// The sum of `field` over the paths of `tgid` with a frame of
     /// `function`.
     fn function_bytes(&self, tgid: u64, function: &str, field: &str) -> f64 {
-        let frame = format!("{function} (");
-        self.alloc_process(tgid)["paths"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|path| {
-                path["stack"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|f| f.as_str().is_some_and(|f| f.starts_with(&frame)))
-            })
-            .map(|path| path[field].as_u64().unwrap() as f64)
-            .sum()
+        entry_bytes(self.alloc_process(tgid), function, field)
     }
 }
 

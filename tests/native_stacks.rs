@@ -79,6 +79,18 @@ fn below<'a>(stack: &'a [String], function: &str) -> Option<&'a [String]> {
     Some(&stack[at + 1..])
 }
 
+/// Whether `python` can import `sqlite3`; says why the test skips when not.
+fn has_sqlite3(python: &Path) -> bool {
+    let probe = Command::new(python)
+        .args(["-c", "import sqlite3"])
+        .status()
+        .unwrap();
+    if !probe.success() {
+        skip(&format!("{} has no sqlite3 module", python.display()));
+    }
+    probe.success()
+}
+
 fn assert_within(actual: f64, expected: f64, tolerance: f64, what: &str) {
     let error = (actual - expected).abs() / expected;
     assert!(
@@ -93,12 +105,7 @@ fn assert_within(actual: f64, expected: f64, tolerance: f64, what: &str) {
 #[test]
 fn sqlite_page_cache_is_shown_in_libsqlite3_under_its_python_function() {
     let python = require_ebpf!(python_3_11());
-    let probe = Command::new(&python)
-        .args(["-c", "import sqlite3"])
-        .status()
-        .unwrap();
-    if !probe.success() {
-        skip(&format!("{} has no sqlite3 module", python.display()));
+    if !has_sqlite3(&python) {
         return;
     }
     let script = script("native_sqlite_cache.py");
@@ -145,12 +152,7 @@ const SQLITE_GROWTH_TOLERANCE: f64 = 0.25;
 #[test]
 fn default_mode_names_libsqlite3_under_the_python_function_that_grew_it() {
     let python = require_ebpf!(python_3_11());
-    let probe = Command::new(&python)
-        .args(["-c", "import sqlite3"])
-        .status()
-        .unwrap();
-    if !probe.success() {
-        skip(&format!("{} has no sqlite3 module", python.display()));
+    if !has_sqlite3(&python) {
         return;
     }
     let script = script("native_sqlite_cache.py");

@@ -10,7 +10,7 @@
 
 mod fragmentation;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::{HashMap, HashSet};
 

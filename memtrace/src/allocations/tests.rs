@@ -1,10 +1,11 @@
 //! Unit tests of the sampler weights and the live-set aggregation, with
-//! synthetic records (no kernel).
+//! synthetic records (no kernel); its helpers also serve
+//! `report::allocations`'s tests.
 
 use super::*;
 
-const MIB: u64 = 1 << 20;
-const MEAN: u64 = 512 * 1024;
+pub(crate) const MIB: u64 = 1 << 20;
+pub(crate) const MEAN: u64 = 512 * 1024;
 
 /// Weighted sums are rounded once, at the report: allow one byte.
 #[track_caller]
@@ -16,12 +17,12 @@ fn assert_close(actual: u64, expected: f64) {
 }
 
 /// The weight of a sampled block of `size` at [`MEAN`].
-fn w(size: u64) -> f64 {
+pub(crate) fn w(size: u64) -> f64 {
     sample_weight_bytes(size, MEAN)
 }
 
 /// A sampled glibc block (not through CPython's allocator API).
-fn block(ts_ns: u64, addr: u64, size_bytes: u64, untracked: bool) -> SampledBlock {
+pub(crate) fn block(ts_ns: u64, addr: u64, size_bytes: u64, untracked: bool) -> SampledBlock {
     SampledBlock {
         ts_ns,
         addr,
@@ -31,7 +32,7 @@ fn block(ts_ns: u64, addr: u64, size_bytes: u64, untracked: bool) -> SampledBloc
     }
 }
 
-fn stack(name: &str) -> Vec<String> {
+pub(crate) fn stack(name: &str) -> Vec<String> {
     vec![
         "<module> (app.py:1)".to_owned(),
         format!("{name} (app.py:9)"),

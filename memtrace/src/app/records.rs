@@ -11,7 +11,7 @@ use memtrace_common::{
     STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER, STACK_TRUNCATED,
 };
 
-use super::session::{monotonic_ns, Session};
+use super::session::Session;
 use crate::{
     aggregate::{
         ExitBegin, ExitStatus, Frame, MappingKind, MemorySample, ProcessStart, PythonStatus, Role,
@@ -66,25 +66,13 @@ impl Session {
         });
         self.tree.add(child, id, Role::Worker);
         if fork.shares_parent_mm == 0 {
-            self.reread_parent(parent_tgid);
+            // Its pages are shared with the child from now on: its last PSS
+            // beside the child's would count them twice, so its next
+            // periodic read reads them again, whatever the pacing.
+            self.sharing.forget(parent_tgid);
         }
         self.inherit_python(child, parent_tgid);
         self.alloc_forked(fork);
-    }
-
-    /// Reads the PSS and USS of a process that just forked, now: its pages
-    /// are shared with the child from the fork on, and the child's read
-    /// beside the parent's last one (up to seconds old) would count them
-    /// twice in the tree's totals.
-    fn reread_parent(&mut self, parent_tgid: u32) {
-        let Some(id) = self.tree.id_of(parent_tgid) else {
-            return;
-        };
-        if let Some(counters) = self.tracer.counters_of(parent_tgid) {
-            let sharing = self.sharing.read_now(parent_tgid);
-            self.recorder
-                .counters(id, monotonic_ns(), &counters, sharing);
-        }
     }
 
     /// A child runs its parent's interpreter: same code objects, same layout.

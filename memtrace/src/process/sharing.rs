@@ -45,7 +45,11 @@ impl SharingReader {
         sharing
     }
 
-    /// Forgets process `tgid` (it exited: the tgid may be reused).
+    /// Forgets when process `tgid` was last read, so its next [`read`]
+    /// happens whatever the pacing: it exited (the tgid may be reused), or
+    /// it forked (its pages are shared with the child from then on).
+    ///
+    /// [`read`]: SharingReader::read
     pub fn forget(&mut self, tgid: u32) {
         self.last.remove(&tgid);
     }

@@ -2,41 +2,15 @@
 //! and the flame graph, drawn from synthetic reports (no kernel).
 
 use super::*;
-use crate::allocations::{
-    sample_weight_bytes, AllocationTracker, AllocationsReport, KernelAllocStats, SampledBlock,
-};
-
-const MIB: u64 = 1 << 20;
-const MEAN: u64 = 512 * 1024;
-
-/// The weight of a sampled block of `size` at [`MEAN`].
-fn w(size: u64) -> f64 {
-    sample_weight_bytes(size, MEAN)
-}
-
-/// A sampled glibc block (not through CPython's allocator API).
-fn block(ts_ns: u64, addr: u64, size_bytes: u64) -> SampledBlock {
-    SampledBlock {
-        ts_ns,
-        addr,
-        size_bytes,
-        ..SampledBlock::default()
-    }
-}
-
-fn stack(name: &str) -> Vec<String> {
-    vec![
-        "<module> (app.py:1)".to_owned(),
-        format!("{name} (app.py:9)"),
-    ]
-}
+use crate::allocations::tests::{block, stack, w, MEAN, MIB};
+use crate::allocations::{AllocationTracker, AllocationsReport, KernelAllocStats};
 
 #[test]
 fn folded_stacks_carry_the_chosen_weight() {
     let mut tracker = AllocationTracker::new(MEAN);
     tracker.process_started(7, 0, 0);
-    tracker.alloc(7, block(0, 0x1, 8 * MIB), stack("kept;odd"));
-    tracker.alloc(7, block(0, 0x2, 4 * MIB), stack("freed"));
+    tracker.alloc(7, block(0, 0x1, 8 * MIB, false), stack("kept;odd"));
+    tracker.alloc(7, block(0, 0x2, 4 * MIB, false), stack("freed"));
     tracker.free(7, 0, 0x2);
     let report = tracker.report(KernelAllocStats::default());
     let folded = |weight| {
@@ -65,10 +39,10 @@ fn two_process_report() -> AllocationsReport {
         tracker.process_started(tgid, u64::from(tgid), 0);
         tracker.hooked(tgid, vec!["libc.so.6".into()], 0, true);
     }
-    tracker.alloc(1, block(0, 0x1, 8 * MIB), stack("kept"));
-    tracker.alloc(1, block(0, 0x2, 4 * MIB), stack("freed"));
+    tracker.alloc(1, block(0, 0x1, 8 * MIB, false), stack("kept"));
+    tracker.alloc(1, block(0, 0x2, 4 * MIB, false), stack("freed"));
     tracker.free(1, 2_000_000_000, 0x2);
-    tracker.alloc(2, block(0, 0x1, 2 * MIB), stack("kept"));
+    tracker.alloc(2, block(0, 0x1, 2 * MIB, false), stack("kept"));
     tracker.report(KernelAllocStats::default())
 }
 
@@ -207,7 +181,7 @@ fn the_section_names_images_as_the_table_does_and_folds_unhooked_ones() {
         tracker.process_started(tgid, start_ns, 0);
         if hooked {
             tracker.hooked(tgid, vec!["libc.so.6".into()], 0, true);
-            tracker.alloc(tgid, block(0, 0x1, 8 * MIB), stack("kept"));
+            tracker.alloc(tgid, block(0, 0x1, 8 * MIB, false), stack("kept"));
         }
     }
     let report = tracker.report(KernelAllocStats::default());
