@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_env;
+mod interpreters;
 mod setup;
 mod test_tools;
 

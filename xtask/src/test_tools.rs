@@ -33,7 +33,9 @@ const NPM_PREFIX: &str = "target/test-tools";
 /// apt-get or npm cannot be run or fails.
 pub fn ensure() -> Result<()> {
     ensure_apt_packages()?;
-    ensure_speedscope()
+    ensure_speedscope()?;
+    // CPython 3.14 and 3.15 from Debian sid, unpacked under target/.
+    crate::interpreters::ensure()
 }
 
 fn ensure_apt_packages() -> Result<()> {
