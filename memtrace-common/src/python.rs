@@ -116,10 +116,16 @@ pub const NO_OFFSET: u16 = u16::MAX;
 pub struct PyProcessInfo {
     /// `PY_VERSION_HEX` of the interpreter (e.g. `0x030b07f0` for 3.11.7).
     pub version_hex: u32,
-    /// pthread TSS key of `_PyRuntime.autoTSSkey`; the BPF program reads the
-    /// thread state at `fsbase + 0x310 + 16 * key + 8` (glibc x86-64, key < 32,
-    /// see notes/python-stacks.md §4).
-    pub tss_key: u32,
+    /// Where the current thread's `PyThreadState *` is, in bytes from the
+    /// thread pointer (fsbase): the glibc x86-64 TSD slot of the pthread key
+    /// `_PyRuntime.autoTSSkey` holds, `0x310 + 16 * key + 8` for a key below
+    /// 32 on the glibc the 3.9-3.12 table was measured with
+    /// (notes/python-stacks.md §4); on 3.13+ found in the process itself
+    /// (the word near a thread's pointer that holds its thread state: a TSD
+    /// slot, or on 3.15, which has no `autoTSSkey`, the static-TLS
+    /// `_Py_tss_gilstate` below the thread pointer, hence signed), so
+    /// another glibc's `struct pthread` is read right.
+    pub tss_slot_offset: i32,
     /// Struct offsets for this version.
     pub offsets: PyOffsets,
     /// `_PyRuntime.interpreters.main`: the main interpreter's

@@ -2,7 +2,7 @@
 //! CPython frame chain (innermost first) straight into a reserved
 //! `MemoryRecord`, using the per-process `PyProcessInfo` that userspace put
 //! in `PY_PROCESSES`. Method and offsets: shared/notes/python-stacks.md §4-5
-//! (glibc x86-64 TSS slot `fsbase + 0x310 + 16 * key + 8`, then the
+//! (the glibc x86-64 TSS slot at `fsbase + tss_slot_offset`, then the
 //! `_PyInterpreterFrame` chain through `previous`, or on 3.9/3.10 the
 //! `PyFrameObject` chain through `f_back`).
 
@@ -15,14 +15,6 @@ use memtrace_common::{
 
 use crate::kernel;
 use crate::maps::{PY_PROCESSES, TASK_FSBASE_OFFSET};
-
-/// glibc x86-64: offset of `struct pthread.specific_1stblock` from the
-/// thread pointer (fsbase); each `pthread_key_data` is `{seq, data}` (16
-/// bytes) and `data` is at +8 (python-stacks.md §4 A; bcc pyperf).
-const GLIBC_TSD_FIRST_BLOCK: u64 = 0x310;
-/// Keys of the first TSD block (`PTHREAD_KEY_2NDLEVEL_SIZE`); larger keys
-/// need a second-level read, which is not done.
-const GLIBC_TSD_FIRST_BLOCK_KEYS: u32 = 32;
 
 /// Outcome of one walk: how many frames were written and the `STACK_*` bits.
 pub struct Walk {
@@ -62,10 +54,7 @@ pub unsafe fn walk(tgid: u32, frames: *mut [PyFrame; MAX_FRAMES]) -> Walk {
     let Some(info) = (unsafe { PY_PROCESSES.get(tgid) }).copied() else {
         return Walk::empty(STACK_NO_PYTHON);
     };
-    if info.tss_key >= GLIBC_TSD_FIRST_BLOCK_KEYS {
-        return Walk::empty(STACK_NO_THREAD_STATE);
-    }
-    let Ok((tss_tstate, fsbase)) = thread_state(info.tss_key) else {
+    let Ok((tss_tstate, fsbase)) = thread_state(info.tss_slot_offset) else {
         return Walk::empty(STACK_READ_ERROR);
     };
     // A thread a 3.9-3.11 sub-interpreter started has no TSS slot but may
@@ -82,12 +71,12 @@ pub unsafe fn walk(tgid: u32, frames: *mut [PyFrame; MAX_FRAMES]) -> Walk {
     walk
 }
 
-/// The current thread's `PyThreadState*` from its glibc TSS slot `key`,
-/// and the thread's fsbase.
+/// The current thread's `PyThreadState*` from its glibc TSS slot at
+/// `slot_offset` from the thread pointer, and the thread's fsbase.
 #[inline(always)]
-fn thread_state(key: u32) -> Result<(u64, u64), ()> {
+fn thread_state(slot_offset: i32) -> Result<(u64, u64), ()> {
     let fsbase: u64 = kernel::field(kernel::current_task(), TASK_FSBASE_OFFSET.load())?;
-    let tstate = read_user(fsbase + GLIBC_TSD_FIRST_BLOCK + 16 * u64::from(key) + 8)?;
+    let tstate = read_user(fsbase.wrapping_add(i64::from(slot_offset) as u64))?;
     Ok((tstate, fsbase))
 }
 
@@ -136,20 +125,32 @@ fn current_frame(tstate: u64, offsets: &PyOffsets) -> Result<u64, ()> {
     read_user(cframe + u64::from(offsets.current_frame))
 }
 
-/// `frame`, or its `previous` when `frame` is an interpreter entry frame
-/// (3.12+: `owner >= owner_skip_min`; an entry frame's caller is a real
-/// frame, so one skip per step is enough).
+/// `frame`, or the first real frame behind it when `frame` is not a
+/// Python frame (3.12+: `owner >= owner_skip_min`: an entry frame of a
+/// C→Python call, or on 3.14+ a frame the interpreter or the C stack owns).
+/// At most [`MAX_SKIPPED_FRAMES`] such frames in a row are skipped; a chain
+/// with more is a read error, never a wrong frame.
 #[inline(always)]
-fn skip_entry_frame(frame: u64, offsets: &PyOffsets) -> Result<u64, ()> {
+fn skip_entry_frame(mut frame: u64, offsets: &PyOffsets) -> Result<u64, ()> {
     if offsets.owner_skip_min == NO_OFFSET {
         return Ok(frame);
     }
-    let owner: u8 = read_user(frame + u64::from(offsets.frame_owner))?;
-    if u16::from(owner) < offsets.owner_skip_min {
-        return Ok(frame);
+    for _ in 0..=MAX_SKIPPED_FRAMES {
+        if frame == 0 {
+            return Ok(0);
+        }
+        let owner: u8 = read_user(frame + u64::from(offsets.frame_owner))?;
+        if u16::from(owner) < offsets.owner_skip_min {
+            return Ok(frame);
+        }
+        frame = read_user(frame + u64::from(offsets.frame_previous))?;
     }
-    read_user(frame + u64::from(offsets.frame_previous))
+    Err(())
 }
+
+/// Non-Python frames skipped in a row: an entry frame, and on 3.14 the
+/// frame the interpreter owns beside it.
+const MAX_SKIPPED_FRAMES: usize = 2;
 
 /// The entry of the real frame `frame`.
 #[inline(always)]

@@ -126,7 +126,7 @@ fn wait_for_python(tgid: u32) -> crate::python::PythonProcess {
     let start = Instant::now();
     loop {
         match probe(tgid).expect("probe") {
-            Probe::Python(process) => return process,
+            Probe::Python(process) => return *process,
             other => assert!(start.elapsed() < Duration::from_secs(10), "{other:?}"),
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -166,8 +166,8 @@ fn trace_one(python: &PathBuf) {
     let tgid = interpreter.child.id();
     let process = wait_for_python(tgid);
     println!(
-        "python {} tss_key {} offsets {:?}",
-        process.version, process.info.tss_key, process.info.offsets
+        "python {} tss_slot_offset {:#x} offsets {:?}",
+        process.version, process.info.tss_slot_offset, process.info.offsets
     );
     tracer
         .trace_process(tgid, ProcessCounters::default())

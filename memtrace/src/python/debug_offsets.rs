@@ -1,78 +1,140 @@
-//! Checks CPython 3.13+'s own description of its layout, `_Py_DebugOffsets`,
-//! against memtrace's table before any stack is walked: part of `probe`. A
-//! minor version the table does not know, a free-threaded build or a layout
-//! that differs from the table turns stacks off with a message that says
-//! which, instead of walking with wrong offsets.
+//! The layout of a CPython 3.13+ process, read from the interpreter's own
+//! description of it, `_Py_DebugOffsets`: part of `probe`, which reads the
+//! struct once per image and hands the result ([`DebugLayout`]) to the BPF
+//! walk (its [`PyOffsets`]) and to the code-object and line-table readers.
+//! No per-version table of struct offsets is involved.
 //!
-//! `_PyRuntime` starts with the struct (`_PyRuntimeState.debug_offsets` @0,
-//! Include/internal/pycore_runtime.h of 3.13): `char cookie[8] =
+//! `_PyRuntime` starts with the struct (`_PyRuntimeState.debug_offsets`
+//! @0; Include/internal/pycore_runtime.h of 3.13,
+//! Include/internal/pycore_debug_offsets.h of 3.14+): `char cookie[8] =
 //! "xdebugpy"`, `uint64_t version` (`PY_VERSION_HEX`), `uint64_t
-//! free_threaded`, then nested `uint64_t` offsets. The positions of the
-//! nested fields below are those of 3.13 (`offsetof` against the pyenv
-//! 3.13.0 headers, python-stacks.md §3); 3.14 inserts fields in the middle,
-//! so each minor version needs its own positions.
+//! free_threaded`, then one nested struct per CPython struct, each starting
+//! with that struct's `size` and followed by `uint64_t` offsets.
+//!
+//! Which nested struct starts where changes between minor versions (3.14
+//! and 3.15 insert fields), so [`POSITIONS`] holds, per minor version, the
+//! start of each nested struct memtrace reads (`ptype /o struct
+//! _Py_DebugOffsets` in gdb against the debug info of pyenv's 3.13.0 and of
+//! Debian's 3.14.10 and 3.15.2, 2026-12-02). Within a nested struct the
+//! fields memtrace reads kept their places in all three (3.15 inserted
+//! `base_frame` and two profiler fields before `thread_state.thread_id`,
+//! which is why that one is per version too). A minor version newer than
+//! the newest here is read with the newest positions and accepted only if
+//! every value passes [`check`] and the live frame check in `probe`.
 
-use std::path::Path;
+use memtrace_common::{PyOffsets, NO_OFFSET};
 
 use super::mem;
-use super::offsets::{self, VersionLayout};
-use super::probe::{ProbeError, PythonVersion};
+use super::offsets::{BytesLayout, CodeLayout, LineFormat, ThreadLists, UnicodeLayout};
+use super::types::{ProbeError, PythonVersion};
 
 /// `_Py_DebugOffsets.cookie` (`_Py_Debug_Cookie`).
 pub const COOKIE: &[u8; 8] = b"xdebugpy";
 
-/// `sizeof(struct _Py_DebugOffsets)` of 3.13: the bytes [`check`] reads.
-pub const DEBUG_OFFSETS_3_13_BYTES: usize = 584;
+/// Bytes [`check`] reads from `_PyRuntime`: more than any known
+/// `sizeof(struct _Py_DebugOffsets)` (584 on 3.13, 760 on 3.14, 888 on 3.15).
+pub const DEBUG_OFFSETS_READ_BYTES: usize = 1024;
 
-/// A field of the 3.13 struct compared with the table: its name, its
-/// position in `_Py_DebugOffsets` and the value the table holds for it.
+/// Frames whose `owner` is at least this are not Python frames and are
+/// skipped: `FRAME_OWNED_BY_CSTACK` = 3 on 3.12/3.13 (the entry frame of a
+/// C→Python call), `FRAME_OWNED_BY_INTERPRETER` = 3 and
+/// `FRAME_OWNED_BY_CSTACK` = 4 on 3.14, `FRAME_OWNED_BY_INTERPRETER` = 3 on
+/// 3.15 (Include/internal/pycore_frame.h, pycore_interpframe_structs.h).
+const OWNER_SKIP_MIN: u16 = 3;
+
+/// Where the nested structs memtrace reads start in one minor version's
+/// `_Py_DebugOffsets`, and `sizeof` of the whole struct.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Positions {
+    minor: u8,
+    struct_bytes: usize,
+    runtime_state: usize,
+    interpreter_state: usize,
+    thread_state: usize,
+    /// `thread_state.thread_id`, from the start of `thread_state`.
+    thread_id: usize,
+    interpreter_frame: usize,
+    code_object: usize,
+    bytes_object: usize,
+    unicode_object: usize,
+    /// `unicode_object.compactunicodeobject_size` (3.15+), from the start
+    /// of `unicode_object`.
+    compact_size: Option<usize>,
+}
+
+/// The known minor versions, oldest first (gdb `ptype /o`, see the module
+/// docs).
+const POSITIONS: [Positions; 3] = [
+    Positions {
+        minor: 13,
+        struct_bytes: 584,
+        runtime_state: 24,
+        interpreter_state: 48,
+        thread_state: 152,
+        thread_id: 40,
+        interpreter_frame: 224,
+        code_object: 272,
+        bytes_object: 512,
+        unicode_object: 536,
+        compact_size: None,
+    },
+    Positions {
+        minor: 14,
+        struct_bytes: 760,
+        runtime_state: 24,
+        interpreter_state: 48,
+        thread_state: 176,
+        thread_id: 40,
+        interpreter_frame: 248,
+        code_object: 312,
+        bytes_object: 592,
+        unicode_object: 616,
+        compact_size: None,
+    },
+    Positions {
+        minor: 15,
+        struct_bytes: 888,
+        runtime_state: 24,
+        interpreter_state: 48,
+        thread_state: 176,
+        thread_id: 64,
+        interpreter_frame: 312,
+        code_object: 376,
+        bytes_object: 688,
+        unicode_object: 712,
+        compact_size: Some(32),
+    },
+];
+
+/// The fields read, as (name, nested struct, position in it).
+#[derive(Clone, Copy)]
 struct Field {
     name: &'static str,
     position: usize,
-    table: fn(&VersionLayout) -> u64,
+    /// Position of the nested struct's `size`.
+    struct_size: usize,
 }
 
-/// The 3.13 fields that memtrace's walk and resolver use.
-const FIELDS_3_13: [Field; 14] = [
-    field("thread_state.current_frame", 184, |l| {
-        u64::from(l.walk.current_frame)
-    }),
-    field("interpreter_frame.previous", 232, |l| {
-        u64::from(l.walk.frame_previous)
-    }),
-    field("interpreter_frame.executable", 240, |l| {
-        u64::from(l.walk.frame_code)
-    }),
-    field("interpreter_frame.instr_ptr", 248, |l| {
-        u64::from(l.walk.frame_instr_ptr)
-    }),
-    field("interpreter_frame.owner", 264, |l| {
-        u64::from(l.walk.frame_owner)
-    }),
-    field("code_object.filename", 280, |l| l.code.filename),
-    field("code_object.qualname", 296, |l| l.code.qualname),
-    field("code_object.linetable", 304, |l| l.code.linetable),
-    field("code_object.firstlineno", 312, |l| {
-        u64::from(l.walk.code_firstlineno)
-    }),
-    field("code_object.co_code_adaptive", 344, |l| {
-        u64::from(l.walk.code_adaptive)
-    }),
-    field("bytes_object.ob_size", 520, |l| l.bytes.size),
-    field("bytes_object.ob_sval", 528, |l| l.bytes.data),
-    field("unicode_object.state", 544, |l| l.unicode.state),
-    field("unicode_object.asciiobject_size", 560, |l| {
-        l.unicode.ascii_size_bytes
-    }),
-];
-
-const fn field(name: &'static str, position: usize, table: fn(&VersionLayout) -> u64) -> Field {
-    Field {
-        name,
-        position,
-        table,
-    }
+/// What [`check`] found: everything memtrace needs about a 3.13+ image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DebugLayout {
+    /// The BPF walk's offsets.
+    pub walk: PyOffsets,
+    /// Where the interpreter and thread lists are (for the TSS key and the
+    /// main interpreter).
+    pub threads: ThreadLists,
+    /// Code-object fields read in userspace.
+    pub code: CodeLayout,
+    /// Bytes-object fields.
+    pub bytes: BytesLayout,
+    /// Str-object fields.
+    pub unicode: UnicodeLayout,
 }
+
+/// `PyTypeObject.tp_name`: after `PyObject_VAR_HEAD` (refcount, type,
+/// size: 24 bytes) in every version (Include/cpython/object.h); the value
+/// `_Py_DebugOffsets.type_object.tp_name` holds on 3.13-3.15.
+pub const TYPE_NAME_OFFSET: u64 = 24;
 
 /// The header of `_Py_DebugOffsets`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,22 +162,33 @@ fn u64_at(bytes: &[u8], position: usize) -> Option<u64> {
     mem::field::<8>(bytes, u64::try_from(position).ok()?).map(u64::from_le_bytes)
 }
 
-/// The layout to walk a 3.13+ interpreter with, after checking its
-/// `_Py_DebugOffsets` (`debug`: the struct's first bytes, at least the
-/// 24 of the header, and [`DEBUG_OFFSETS_3_13_BYTES`] for 3.13) against
-/// `Py_Version` (`version_hex`) and the table.
+/// The positions of minor version `minor`: its own, or for a minor newer
+/// than every known one the newest (with `false`). `None` below 3.13.
+fn positions(minor: u8) -> Option<(Positions, bool)> {
+    let newest = POSITIONS[POSITIONS.len() - 1];
+    match POSITIONS.iter().find(|p| p.minor == minor) {
+        Some(known) => Some((*known, true)),
+        None if minor > newest.minor => Some((newest, false)),
+        None => None,
+    }
+}
+
+/// Reads and checks the layout of a 3.13+ interpreter from `debug`, the
+/// first [`DEBUG_OFFSETS_READ_BYTES`] (or fewer) bytes of its `_PyRuntime`,
+/// with `version_hex` its `Py_Version`.
 ///
 /// # Errors
 /// - [`ProbeError::NoDebugOffsets`]: no cookie;
 /// - [`ProbeError::DebugOffsetsVersion`]: the struct describes another version;
 /// - [`ProbeError::FreeThreaded`]: a `Py_GIL_DISABLED` build;
-/// - [`ProbeError::OffsetsNotInTable`]: a minor version memtrace does not know;
-/// - [`ProbeError::DebugOffsetsMismatch`]: a field differs from the table.
+/// - [`ProbeError::DebugOffsetsField`]: a field the walk needs is past its
+///   struct's size, does not fit the walk's 16-bit offsets, or is unreadable
+///   (the message names it).
 pub fn check(
     debug: &[u8],
     version_hex: u32,
-    binary: &Path,
-) -> Result<&'static VersionLayout, ProbeError> {
+    binary: &std::path::Path,
+) -> Result<DebugLayout, ProbeError> {
     let version = PythonVersion::from_hex(version_hex);
     let binary = binary.to_owned();
     let Some(header) = parse_header(debug) else {
@@ -131,143 +204,116 @@ pub fn check(
     if header.free_threaded {
         return Err(ProbeError::FreeThreaded { version, binary });
     }
-    let layout = offsets::layout(version.major, version.minor);
-    let fields: &[Field] = match (version.major, version.minor) {
-        (3, 13) => &FIELDS_3_13,
-        _ => &[],
+    let Some((pos, _)) = positions(version.minor).filter(|_| version.major == 3) else {
+        return Err(ProbeError::NoDebugOffsets { version, binary });
     };
-    let (Some(layout), false) = (layout, fields.is_empty()) else {
-        return Err(ProbeError::OffsetsNotInTable {
-            version,
-            binary,
-            supported: offsets::supported_versions(),
-        });
+    let reader = Reader { debug, version };
+    let p = |base: usize, at: usize, name: &'static str| Field {
+        name,
+        position: base + at,
+        struct_size: base,
     };
-    compare(debug, fields, layout, version)?;
-    Ok(layout)
+    let (rt, is, ts) = (pos.runtime_state, pos.interpreter_state, pos.thread_state);
+    let (fr, co) = (pos.interpreter_frame, pos.code_object);
+    let (by, un) = (pos.bytes_object, pos.unicode_object);
+    let walk = PyOffsets {
+        tstate_cframe: NO_OFFSET,
+        current_frame: reader.walk(p(ts, 32, "thread_state.current_frame"), 8)?,
+        frame_code: reader.walk(p(fr, 16, "interpreter_frame.executable"), 8)?,
+        frame_previous: reader.walk(p(fr, 8, "interpreter_frame.previous"), 8)?,
+        frame_instr_ptr: reader.walk(p(fr, 24, "interpreter_frame.instr_ptr"), 8)?,
+        frame_owner: reader.walk(p(fr, 40, "interpreter_frame.owner"), 1)?,
+        owner_skip_min: OWNER_SKIP_MIN,
+        code_firstlineno: reader.walk(p(co, 40, "code_object.firstlineno"), 4)?,
+        code_adaptive: reader.walk(p(co, 72, "code_object.co_code_adaptive"), 0)?,
+        code_name: reader.walk(p(co, 24, "code_object.qualname"), 8)?,
+        tstate_interp: reader.walk(p(ts, 24, "thread_state.interp"), 8)?,
+        tstate_thread_id: NO_OFFSET,
+    };
+    let threads = ThreadLists {
+        interpreters_head: reader.offset(p(rt, 16, "runtime_state.interpreters_head"), 8)?,
+        interp_next: reader.offset(p(is, 16, "interpreter_state.next"), 8)?,
+        interp_threads_head: reader.offset(p(is, 24, "interpreter_state.threads_head"), 8)?,
+        tstate_next: reader.offset(p(ts, 16, "thread_state.next"), 8)?,
+        tstate_thread_id: reader.offset(p(ts, pos.thread_id, "thread_state.thread_id"), 8)?,
+    };
+    let ascii_size = reader.offset(p(un, 24, "unicode_object.asciiobject_size"), 0)?;
+    let compact_size = match pos.compact_size {
+        Some(at) => reader.offset(p(un, at, "unicode_object.compactunicodeobject_size"), 0)?,
+        // PyCompactUnicodeObject adds `utf8_length` and `utf8` (16 bytes)
+        // to PyASCIIObject (Include/cpython/unicodeobject.h, 3.12+).
+        None => ascii_size + 16,
+    };
+    Ok(DebugLayout {
+        walk,
+        threads,
+        code: CodeLayout {
+            filename: reader.offset(p(co, 8, "code_object.filename"), 8)?,
+            qualname: u64::from(walk.code_name),
+            linetable: reader.offset(p(co, 32, "code_object.linetable"), 8)?,
+            format: LineFormat::Locations,
+        },
+        bytes: BytesLayout {
+            size: reader.offset(p(by, 8, "bytes_object.ob_size"), 8)?,
+            data: reader.offset(p(by, 16, "bytes_object.ob_sval"), 0)?,
+        },
+        unicode: UnicodeLayout {
+            length: reader.offset(p(un, 16, "unicode_object.length"), 8)?,
+            state: reader.offset(p(un, 8, "unicode_object.state"), 4)?,
+            ascii_size_bytes: ascii_size,
+            compact_size_bytes: compact_size,
+        },
+    })
 }
 
-/// Compares each of `fields` in `debug` with `layout`.
-fn compare(
-    debug: &[u8],
-    fields: &[Field],
-    layout: &'static VersionLayout,
+/// Reads and checks fields of one `_Py_DebugOffsets`.
+struct Reader<'a> {
+    debug: &'a [u8],
     version: PythonVersion,
-) -> Result<(), ProbeError> {
-    for field in fields {
-        let table = (field.table)(layout);
-        let found = u64_at(debug, field.position);
-        if found != Some(table) {
-            return Err(ProbeError::DebugOffsetsMismatch {
-                version,
-                field: field.name,
-                found,
-                table,
-            });
+}
+
+impl Reader<'_> {
+    /// The offset `field` holds, checked: readable, and the `width` bytes
+    /// at it lie inside the CPython struct (its nested `size`; a `width` of
+    /// 0 is an offset that may equal the size, as `co_code_adaptive` or
+    /// `ob_sval`, whose data follows the fixed part).
+    fn offset(&self, field: Field, width: u64) -> Result<u64, ProbeError> {
+        let value = u64_at(self.debug, field.position);
+        let size = u64_at(self.debug, field.struct_size);
+        let refuse = |why: String| ProbeError::DebugOffsetsField {
+            version: self.version,
+            field: field.name,
+            value,
+            why,
+        };
+        let (Some(value), Some(size)) = (value, size) else {
+            return Err(refuse("past the bytes read".to_owned()));
+        };
+        let end = value.saturating_add(width.max(1));
+        if end > size + u64::from(width == 0) {
+            return Err(refuse(format!(
+                "a {width}-byte field there ends past its struct's size {size}"
+            )));
         }
+        Ok(value)
     }
-    Ok(())
+
+    /// As [`Reader::offset`], for an offset the BPF walk reads (a `u16`
+    /// below [`NO_OFFSET`]).
+    fn walk(&self, field: Field, width: u64) -> Result<u16, ProbeError> {
+        let value = self.offset(field, width)?;
+        u16::try_from(value)
+            .ok()
+            .filter(|&v| v != NO_OFFSET)
+            .ok_or_else(|| ProbeError::DebugOffsetsField {
+                version: self.version,
+                field: field.name,
+                value: Some(value),
+                why: format!("the BPF walk's offsets are below {NO_OFFSET}"),
+            })
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::python::mem::ProcessMemory;
-    use crate::python::probe::tests::spawn;
-    use crate::python::probe::{probe, Probe};
-
-    /// `_Py_DebugOffsets` as a 3.13 process holds it, with `version_hex`,
-    /// built from the table itself.
-    fn synthetic(version_hex: u64, free_threaded: u64) -> Vec<u8> {
-        let layout = offsets::layout(3, 13).unwrap();
-        let mut bytes = vec![0u8; DEBUG_OFFSETS_3_13_BYTES];
-        bytes[..8].copy_from_slice(COOKIE);
-        bytes[8..16].copy_from_slice(&version_hex.to_le_bytes());
-        bytes[16..24].copy_from_slice(&free_threaded.to_le_bytes());
-        for field in &FIELDS_3_13 {
-            let value = (field.table)(layout).to_le_bytes();
-            bytes[field.position..field.position + 8].copy_from_slice(&value);
-        }
-        bytes
-    }
-
-    fn message(debug: &[u8], version_hex: u32) -> String {
-        check(debug, version_hex, Path::new("libpython3.x.so"))
-            .unwrap_err()
-            .to_string()
-    }
-
-    #[test]
-    fn accepts_the_table_and_names_each_refusal() {
-        let ok = synthetic(0x030d_00f0, 0);
-        assert_eq!(check(&ok, 0x030d_00f0, Path::new("x")).unwrap().minor, 13);
-        let next = message(&synthetic(0x030e_00f0, 0), 0x030e_00f0);
-        assert!(
-            next.starts_with("CPython 3.14: offsets not in memtrace's table; stacks off"),
-            "{next}"
-        );
-        let threaded = message(&synthetic(0x030d_00f0, 1), 0x030d_00f0);
-        assert!(threaded.contains("free-threaded"), "{threaded}");
-        assert!(message(&ok, 0x030d_01f0).contains("describes version 0x30d00f0"));
-        let mut moved = ok.clone();
-        moved[248] += 8;
-        let mismatch = message(&moved, 0x030d_00f0);
-        assert!(
-            mismatch.contains("interpreter_frame.instr_ptr is 64, memtrace's table says 56"),
-            "{mismatch}"
-        );
-        assert!(message(&ok[..20], 0x030d_00f0).contains("cookie"));
-        let mut no_cookie = ok;
-        no_cookie[0] = b'y';
-        assert!(message(&no_cookie, 0x030d_00f0).contains("xdebugpy"));
-    }
-
-    #[test]
-    fn header_parses() {
-        let header = parse_header(&synthetic(0x030d_00f0, 1)).unwrap();
-        assert_eq!(
-            header,
-            Header {
-                version_hex: 0x030d_00f0,
-                free_threaded: true
-            }
-        );
-        assert_eq!(parse_header(b"xdebugpy"), None);
-        assert_eq!(parse_header(&[0; 24]), None);
-    }
-
-    /// The real 3.13.0 struct matches the table; the same bytes with
-    /// another minor version or the free-threaded flag are refused.
-    #[test]
-    fn real_3_13_debug_offsets() {
-        let exe = "~/.pyenv/versions/3.13.0/bin/python3.13";
-        let script = "import time; print('ready', flush=True); time.sleep(60)";
-        let Some(interp) = spawn(exe, script) else {
-            return;
-        };
-        let tgid = interp.child.id();
-        let Probe::Python(python) = probe(tgid).unwrap() else {
-            panic!("{exe} not detected");
-        };
-        let memory = ProcessMemory::open(tgid).unwrap();
-        let debug = memory
-            .read_array::<DEBUG_OFFSETS_3_13_BYTES>(python.runtime_addr)
-            .unwrap();
-        let version = python.info.version_hex;
-        let header = parse_header(&debug).unwrap();
-        assert_eq!(header.version_hex, u64::from(version));
-        assert!(!header.free_threaded);
-        assert_eq!(check(&debug, version, &python.binary).unwrap().minor, 13);
-        let mut next = debug;
-        next[10] = 14;
-        let error = check(&next, version + 0x0001_0000, &python.binary).unwrap_err();
-        assert!(
-            matches!(error, ProbeError::OffsetsNotInTable { .. }),
-            "{error}"
-        );
-        let mut threaded = debug;
-        threaded[16] = 1;
-        let error = check(&threaded, version, &python.binary).unwrap_err();
-        assert!(matches!(error, ProbeError::FreeThreaded { .. }), "{error}");
-    }
-}
+#[path = "debug_offsets_tests.rs"]
+mod tests;

@@ -21,10 +21,13 @@ mod offsets;
 mod probe;
 #[cfg(test)]
 mod table_fixtures;
+mod threads;
+mod types;
 mod version;
 
 pub use code::{FrameResolver, PyLocation, ResolveError};
 pub use linetable::LineTableError;
 pub use mem::MemError;
 pub use offsets::VersionLayout;
-pub use probe::{probe, Probe, ProbeError, PythonProcess, PythonVersion};
+pub use probe::{probe, Probe, PythonProcess};
+pub use types::{ProbeError, PythonVersion};

@@ -1,20 +1,64 @@
-//! CPython struct layouts per minor version: the one table `probe` looks up
-//! after reading `Py_Version`. Its BPF half ([`PyOffsets`]) goes into the
+//! CPython struct layouts per minor version: the table `probe` looks 3.9
+//! to 3.12 up in after reading `Py_Version` (3.13+ describe themselves in
+//! `_Py_DebugOffsets`, read by `debug_offsets` into the same types). Its BPF half ([`PyOffsets`]) goes into the
 //! `PY_PROCESSES` map for the kernel-side frame walk; the rest is used by
 //! `code` to read code objects and strings through /proc/PID/mem.
 //!
 //! Every number comes from the x86-64, default (GIL, release, glibc) build of
 //! CPython and was checked with `offsetof` in gdb against the debug info of
-//! the pyenv builds 3.11.7, 3.12.1 and 3.13.0 on this project's machines
+//! the pyenv builds 3.11.7 and 3.12.1 on this project's machines
 //! (notes/python-stacks.md §2, tag [V]); the 3.9 and 3.10 numbers were
 //! checked with `offsetof` in a C program compiled against the pyenv 3.9.18
 //! and 3.10.13 headers (`Py_BUILD_CORE`, internal headers included). The
 //! defining headers are named on each field. Debian's static
 //! `/usr/bin/python3.11` has the same layout.
 //!
-//! To support another version, add one [`VersionLayout`] to [`LAYOUTS`].
+//! Versions before 3.13 are done: [`LAYOUTS`] does not grow.
 
 use memtrace_common::{PyOffsets, NO_OFFSET};
+
+/// Where a process's pthread key of thread states and its main
+/// interpreter are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeLayout {
+    /// 3.9-3.12: at fixed offsets in `_PyRuntime` (this table).
+    Table {
+        /// Offset in `_PyRuntime` of `autoTSSkey._key`, the
+        /// `pthread_key_t` (u32) whose slot holds the thread's
+        /// `PyThreadState *` (Include/internal/pycore_runtime.h;
+        /// `gilstate.autoTSSkey` on 3.11). `Py_tss_t._is_initialized`
+        /// (`int`) is the 4 bytes before it.
+        tss_key: u64,
+        /// Offset in `_PyRuntime` of `interpreters.main`
+        /// (`PyInterpreterState *`; Include/internal/pycore_runtime.h).
+        main_interp: u64,
+        /// Offset in `_PyRuntime` of `gilstate.tstate_current`
+        /// (`PyThreadState *`, 3.9–3.11; removed in 3.12).
+        tstate_current: Option<u64>,
+    },
+    /// 3.13+: found by following the interpreter and thread lists that
+    /// `_Py_DebugOffsets` describes (`debug_offsets`).
+    ThreadLists(ThreadLists),
+}
+
+/// The lists of interpreters and thread states, as `_Py_DebugOffsets`
+/// gives them (3.13+; each field is named after its `_Py_DebugOffsets`
+/// field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadLists {
+    /// `runtime_state.interpreters_head`: offset in `_PyRuntime` of the
+    /// newest `PyInterpreterState *` (the main one is the last).
+    pub interpreters_head: u64,
+    /// `interpreter_state.next`.
+    pub interp_next: u64,
+    /// `interpreter_state.threads_head`: the newest `PyThreadState *`.
+    pub interp_threads_head: u64,
+    /// `thread_state.next`.
+    pub tstate_next: u64,
+    /// `thread_state.thread_id`: `pthread_self()`, the thread's fsbase on
+    /// glibc x86-64.
+    pub tstate_thread_id: u64,
+}
 
 /// Layout of a `PyCodeObject` (Include/cpython/code.h), in bytes from the
 /// start of the object.
@@ -79,17 +123,8 @@ pub struct VersionLayout {
     pub minor: u8,
     /// Offsets of the kernel-side frame walk (python-stacks.md §2 and §5).
     pub walk: PyOffsets,
-    /// Offset in `_PyRuntime` of `autoTSSkey._key`, the `pthread_key_t`
-    /// (u32) whose slot holds the thread's `PyThreadState *`
-    /// (Include/internal/pycore_runtime.h; `gilstate.autoTSSkey` on 3.11).
-    /// `Py_tss_t._is_initialized` (`int`) is the 4 bytes before it.
-    pub runtime_tss_key: u64,
-    /// Offset in `_PyRuntime` of `interpreters.main`
-    /// (`PyInterpreterState *`; Include/internal/pycore_runtime.h).
-    pub runtime_main_interp: u64,
-    /// Offset in `_PyRuntime` of `gilstate.tstate_current`
-    /// (`PyThreadState *`, 3.9–3.11; removed in 3.12).
-    pub runtime_tstate_current: Option<u64>,
+    /// How the thread-state key and the main interpreter are found.
+    pub runtime: RuntimeLayout,
     /// Code-object fields read in userspace (`co_firstlineno` is
     /// `walk.code_firstlineno`, read by both halves).
     pub code: CodeLayout,
@@ -181,9 +216,11 @@ pub const LAYOUTS: &[VersionLayout] = &[
             frame_instr_ptr: 104,
             ..WALK_FRAME_OBJECTS
         },
-        runtime_tss_key: 588,
-        runtime_main_interp: 40,
-        runtime_tstate_current: Some(568),
+        runtime: RuntimeLayout::Table {
+            tss_key: 588,
+            main_interp: 40,
+            tstate_current: Some(568),
+        },
         code: CODE_3_9,
         bytes: BYTES,
         unicode: UNICODE_3_11,
@@ -197,9 +234,11 @@ pub const LAYOUTS: &[VersionLayout] = &[
             frame_instr_ptr: 96,
             ..WALK_FRAME_OBJECTS
         },
-        runtime_tss_key: 588,
-        runtime_main_interp: 40,
-        runtime_tstate_current: Some(568),
+        runtime: RuntimeLayout::Table {
+            tss_key: 588,
+            main_interp: 40,
+            tstate_current: Some(568),
+        },
         code: CODE_3_10,
         bytes: BYTES,
         unicode: UNICODE_3_11,
@@ -229,9 +268,11 @@ pub const LAYOUTS: &[VersionLayout] = &[
             tstate_interp: 16,
             tstate_thread_id: 152,
         },
-        runtime_tss_key: 596,
-        runtime_main_interp: 48,
-        runtime_tstate_current: Some(576),
+        runtime: RuntimeLayout::Table {
+            tss_key: 596,
+            main_interp: 48,
+            tstate_current: Some(576),
+        },
         code: CODE,
         bytes: BYTES,
         unicode: UNICODE_3_11,
@@ -259,39 +300,11 @@ pub const LAYOUTS: &[VersionLayout] = &[
             tstate_interp: 16,
             tstate_thread_id: NO_OFFSET,
         },
-        runtime_tss_key: 1548,
-        runtime_main_interp: 48,
-        runtime_tstate_current: None,
-        code: CODE,
-        bytes: BYTES,
-        unicode: UNICODE_3_12,
-    },
-    // 3.13: no `_PyCFrame`; `PyThreadState.current_frame` @72
-    // (pystate.h), pycore_frame.h (f_executable @0, previous @8,
-    // instr_ptr @56, owner @70, `FRAME_OWNED_BY_CSTACK` = 3 with
-    // f_executable = Py_None), pycore_runtime.h (`interpreters.main` @640,
-    // `PyThreadState.interp` @16; `autoTSSkey` @2160,
-    // `_key` @2164). The same numbers are in `_Py_DebugOffsets`.
-    VersionLayout {
-        major: 3,
-        minor: 13,
-        walk: PyOffsets {
-            tstate_cframe: NO_OFFSET,
-            current_frame: 72,
-            frame_code: 0,
-            frame_previous: 8,
-            frame_instr_ptr: 56,
-            frame_owner: 70,
-            owner_skip_min: 3,
-            code_firstlineno: 68,
-            code_adaptive: 200,
-            code_name: CODE.qualname as u16,
-            tstate_interp: 16,
-            tstate_thread_id: NO_OFFSET,
+        runtime: RuntimeLayout::Table {
+            tss_key: 1548,
+            main_interp: 48,
+            tstate_current: None,
         },
-        runtime_tss_key: 2164,
-        runtime_main_interp: 640,
-        runtime_tstate_current: None,
         code: CODE,
         bytes: BYTES,
         unicode: UNICODE_3_12,
@@ -307,12 +320,15 @@ pub fn layout(major: u8, minor: u8) -> Option<&'static VersionLayout> {
         .find(|layout| layout.major == major && layout.minor == minor)
 }
 
-/// The supported versions for error messages, e.g. `"3.11, 3.12, 3.13"`.
+/// The supported versions for error messages, e.g. `"3.9, 3.10, 3.11,
+/// 3.12, 3.13+"`: the table's, then those whose layout comes from their
+/// `_Py_DebugOffsets`.
 #[must_use]
 pub fn supported_versions() -> String {
     LAYOUTS
         .iter()
         .map(|layout| format!("{}.{}", layout.major, layout.minor))
+        .chain(["3.13+".to_owned()])
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -333,7 +349,10 @@ mod tests {
     #[test]
     fn lookup_finds_supported_and_rejects_others() {
         assert_eq!(layout(3, 12).map(|l| l.walk.frame_owner), Some(70));
-        assert_eq!(layout(3, 11).map(|l| l.runtime_tss_key), Some(596));
+        assert!(matches!(
+            layout(3, 11).map(|l| l.runtime),
+            Some(RuntimeLayout::Table { tss_key: 596, .. })
+        ));
         assert_eq!(layout(3, 10).map(|l| l.walk.frame_instr_ptr), Some(96));
         assert_eq!(
             layout(3, 9).map(|l| l.code.format),
@@ -341,6 +360,7 @@ mod tests {
         );
         assert!(layout(3, 8).is_none());
         assert!(layout(2, 7).is_none());
-        assert_eq!(supported_versions(), "3.9, 3.10, 3.11, 3.12, 3.13");
+        assert_eq!(supported_versions(), "3.9, 3.10, 3.11, 3.12, 3.13+");
+        assert!(layout(3, 13).is_none());
     }
 }

@@ -14,7 +14,6 @@
 //! the pthread TSS key of `_PyRuntime.autoTSSkey`.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,58 +21,13 @@ use std::path::{Path, PathBuf};
 use memtrace_common::PyProcessInfo;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use procfs::process::{MMapPath, MemoryMap};
-use thiserror::Error;
 
-use super::debug_offsets::{self, DEBUG_OFFSETS_3_13_BYTES};
+use super::debug_offsets::{self, DEBUG_OFFSETS_READ_BYTES};
 use super::mem::{MemError, ProcessMemory};
-use super::offsets::{self, VersionLayout};
+use super::offsets::{self, RuntimeLayout, VersionLayout};
+use super::threads;
+pub use super::types::{ProbeError, PythonVersion, MAX_TSS_KEY};
 use super::version;
-
-/// The glibc x86-64 fast path the BPF program uses reads only the first
-/// level of thread-specific data (`struct pthread.specific_1stblock`), which
-/// holds keys below `PTHREAD_KEY_2NDLEVEL_SIZE` = 32 (glibc
-/// sysdeps/nptl/internaltypes.h; python-stacks.md §4).
-pub const MAX_TSS_KEY: u32 = 32;
-
-/// A CPython version as `Py_Version` (`PY_VERSION_HEX`) encodes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PythonVersion {
-    /// Major version (3).
-    pub major: u8,
-    /// Minor version (11 for 3.11).
-    pub minor: u8,
-    /// Micro (patch) version (7 for 3.11.7).
-    pub micro: u8,
-}
-
-impl PythonVersion {
-    /// Decodes `PY_VERSION_HEX` (Include/patchlevel.h: `0xMMmmuuLS`, major,
-    /// minor, micro, release level, serial).
-    #[must_use]
-    pub fn from_hex(version_hex: u32) -> Self {
-        let [major, minor, micro, _level] = version_hex.to_be_bytes();
-        Self {
-            major,
-            minor,
-            micro,
-        }
-    }
-}
-
-impl PythonVersion {
-    /// Encodes as `PY_VERSION_HEX` of a final release (level `0xf`, serial
-    /// 0), for versions found without `Py_Version`.
-    #[must_use]
-    pub fn to_hex(self) -> u32 {
-        u32::from_be_bytes([self.major, self.minor, self.micro, 0xf0])
-    }
-}
-
-impl fmt::Display for PythonVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.micro)
-    }
-}
 
 /// A process running a supported CPython.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,155 +42,20 @@ pub struct PythonProcess {
     /// What the BPF frame walk needs (the `PY_PROCESSES` map value).
     pub info: PyProcessInfo,
     /// Struct layouts of this version, for userspace reads.
-    pub layout: &'static VersionLayout,
+    pub layout: VersionLayout,
 }
 
 /// Outcome of [`probe`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Probe {
-    /// A supported CPython, ready to be walked.
-    Python(PythonProcess),
+    /// A supported CPython, ready to be walked (boxed: it holds the layout).
+    Python(Box<PythonProcess>),
     /// No mapped file defines `_PyRuntime`.
     NotPython,
     /// CPython is mapped but cannot be walked yet: its interpreter is not
     /// initialised (`_PyRuntime.autoTSSkey._is_initialized` is not 1, so the
     /// thread-state key is unset); probe again later.
     NotReady,
-}
-
-/// Why [`probe`] failed.
-#[derive(Debug, Error)]
-pub enum ProbeError {
-    /// The process does not exist (any more).
-    #[error("process {tgid} is gone")]
-    ProcessGone {
-        /// The process.
-        tgid: u32,
-    },
-    /// /proc/PID/maps or the mapped file was not readable.
-    #[error(
-        "permission denied reading `{path}` of process {tgid}: memtrace needs CAP_SYS_PTRACE to read another user's process"
-    )]
-    PermissionDenied {
-        /// The process.
-        tgid: u32,
-        /// The file that could not be read.
-        path: PathBuf,
-    },
-    /// /proc/PID/maps could not be read for another reason.
-    #[error("cannot read the memory map of process {tgid}: {source}")]
-    Maps {
-        /// The process.
-        tgid: u32,
-        /// The error from the procfs crate.
-        #[source]
-        source: procfs::ProcError,
-    },
-    /// A mapped ELF file could not be opened.
-    #[error("cannot open `{path}` mapped by process {tgid}: {source}")]
-    OpenBinary {
-        /// The process.
-        tgid: u32,
-        /// The file.
-        path: PathBuf,
-        /// The error from open(2).
-        #[source]
-        source: io::Error,
-    },
-    /// The mapped file that defines `_PyRuntime` has no `PT_LOAD` segment
-    /// matching its mappings, so its load bias is unknown.
-    #[error("no mapping of `{binary}` in process {tgid} matches its PT_LOAD segments")]
-    NoLoadBias {
-        /// The process.
-        tgid: u32,
-        /// The file.
-        binary: PathBuf,
-    },
-    /// `_PyRuntime` is defined but `Py_Version` is not (CPython before 3.11)
-    /// and the file name does not say the version either.
-    #[error("`{binary}` defines _PyRuntime but neither Py_Version nor its file name (pythonM.N) gives its version; supported versions: {supported}")]
-    NoVersionSymbol {
-        /// The file.
-        binary: PathBuf,
-        /// The supported versions, e.g. "3.11, 3.12, 3.13".
-        supported: String,
-    },
-    /// The version has no entry in `offsets::LAYOUTS`.
-    #[error("python {version} (`{binary}`) is not supported; supported versions: {supported}")]
-    UnsupportedVersion {
-        /// The version found.
-        version: PythonVersion,
-        /// The file.
-        binary: PathBuf,
-        /// The supported versions.
-        supported: String,
-    },
-    /// A 3.13+ `_PyRuntime` does not start with `_Py_DebugOffsets`.
-    #[error("CPython {version} (`{binary}`): _PyRuntime does not start with the _Py_DebugOffsets cookie \"xdebugpy\"; stacks off")]
-    NoDebugOffsets {
-        /// The version from `Py_Version`.
-        version: PythonVersion,
-        /// The file.
-        binary: PathBuf,
-    },
-    /// `_Py_DebugOffsets.version` is not `Py_Version`.
-    #[error("CPython {version} (`{binary}`): its _Py_DebugOffsets describes version {found:#x}; stacks off")]
-    DebugOffsetsVersion {
-        /// The version from `Py_Version`.
-        version: PythonVersion,
-        /// The file.
-        binary: PathBuf,
-        /// `_Py_DebugOffsets.version`.
-        found: u64,
-    },
-    /// A free-threaded (`Py_GIL_DISABLED`, PEP 703) build: its object
-    /// headers and frames differ from the table's GIL builds.
-    #[error("CPython {version} (`{binary}`) is a free-threaded build (Py_GIL_DISABLED): stacks off, only GIL builds are supported")]
-    FreeThreaded {
-        /// The version.
-        version: PythonVersion,
-        /// The file.
-        binary: PathBuf,
-    },
-    /// A 3.13+ minor version that memtrace's table does not hold.
-    #[error("CPython {}.{}: offsets not in memtrace's table; stacks off (`{binary}`, version {version}; supported versions: {supported})", version.major, version.minor)]
-    OffsetsNotInTable {
-        /// The version.
-        version: PythonVersion,
-        /// The file.
-        binary: PathBuf,
-        /// The supported versions.
-        supported: String,
-    },
-    /// `_Py_DebugOffsets` disagrees with memtrace's table.
-    #[error("CPython {version}: _Py_DebugOffsets.{field} is {}, memtrace's table says {table}; stacks off", found.map_or_else(|| "unreadable".to_owned(), |v| v.to_string()))]
-    DebugOffsetsMismatch {
-        /// The version.
-        version: PythonVersion,
-        /// The field, e.g. `interpreter_frame.instr_ptr`.
-        field: &'static str,
-        /// Its value in the process (`None`: past the bytes read).
-        found: Option<u64>,
-        /// The table's value.
-        table: u64,
-    },
-    /// Reading the process's memory failed.
-    #[error("cannot read python runtime state of process {tgid}: {source}")]
-    Memory {
-        /// The process.
-        tgid: u32,
-        /// The failed read.
-        #[source]
-        source: MemError,
-    },
-    /// The TSS key cannot be read by the BPF fast path.
-    #[error("process {tgid} uses pthread key {key} for the python thread state; only keys below {MAX_TSS_KEY} are supported")]
-    TssKeyTooLarge {
-        /// The process.
-        tgid: u32,
-        /// The key.
-        key: u32,
-    },
 }
 
 /// Inspects process `tgid` (see the module docs for the method).
@@ -397,7 +216,8 @@ fn load_bias<'data, R: object::ReadRef<'data>>(
     })
 }
 
-/// Reads the version and the TSS key once `_PyRuntime` is located.
+/// Reads the version, then the layout and the thread-state slot: from the
+/// table (3.9-3.12) or the process's `_Py_DebugOffsets` (3.13+).
 fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<Probe, ProbeError> {
     let memory = ProcessMemory::open(tgid).map_err(|source| memory_error(tgid, source))?;
     let version_hex = match (symbols.version_addr, symbols.name_version) {
@@ -417,57 +237,87 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
     if free_threaded_name {
         return Err(ProbeError::FreeThreaded { version, binary });
     }
-    let layout = if (version.major, version.minor) >= (3, 13) {
-        let debug = memory
-            .read_array::<DEBUG_OFFSETS_3_13_BYTES>(symbols.runtime_addr)
-            .map_err(|source| memory_error(tgid, source))?;
-        Some(debug_offsets::check(&debug, version_hex, &binary)?)
-    } else {
-        offsets::layout(version.major, version.minor)
-    };
-    let Some(layout) = layout else {
-        return Err(ProbeError::UnsupportedVersion {
-            version,
-            binary,
-            supported: offsets::supported_versions(),
-        });
-    };
-    let key_addr = symbols.runtime_addr.wrapping_add(layout.runtime_tss_key);
-    // `Py_tss_t` is `{ int _is_initialized; pthread_key_t _key; }`
-    // (Include/cpython/pythread.h).
-    let tss = memory
-        .read_array::<8>(key_addr.wrapping_sub(4))
-        .map_err(|source| memory_error(tgid, source))?;
-    let [i0, i1, i2, i3, k0, k1, k2, k3] = tss;
-    if i32::from_le_bytes([i0, i1, i2, i3]) != 1 {
-        return Ok(Probe::NotReady);
-    }
-    let tss_key = u32::from_le_bytes([k0, k1, k2, k3]);
-    if tss_key >= MAX_TSS_KEY {
-        return Err(ProbeError::TssKeyTooLarge { tgid, key: tss_key });
-    }
     let runtime = symbols.runtime_addr;
-    let main_interp = memory
-        .read_u64(runtime.wrapping_add(layout.runtime_main_interp))
-        .map_err(|source| memory_error(tgid, source))?;
-    Ok(Probe::Python(PythonProcess {
+    let found = if (version.major, version.minor) >= (3, 13) {
+        let debug = memory
+            .read_array::<DEBUG_OFFSETS_READ_BYTES>(runtime)
+            .map_err(|source| memory_error(tgid, source))?;
+        let layout = debug_offsets::check(&debug, version_hex, &binary)?;
+        threads::find(&memory, runtime, version, &layout)?
+    } else {
+        let Some(layout) = offsets::layout(version.major, version.minor) else {
+            return Err(ProbeError::UnsupportedVersion {
+                version,
+                binary,
+                supported: offsets::supported_versions(),
+            });
+        };
+        from_table(&memory, runtime, layout)?
+    };
+    let Some(found) = found else {
+        return Ok(Probe::NotReady);
+    };
+    Ok(Probe::Python(Box::new(PythonProcess {
         version,
         binary,
         runtime_addr: runtime,
         info: PyProcessInfo {
             version_hex,
-            tss_key,
-            offsets: layout.walk,
-            main_interp,
-            tstate_current_addr: layout
-                .runtime_tstate_current
-                .map_or(0, |offset| runtime.wrapping_add(offset)),
+            tss_slot_offset: found.tss_slot_offset,
+            offsets: found.layout.walk,
+            main_interp: found.main_interp,
+            tstate_current_addr: found.tstate_current_addr,
         },
-        layout,
+        layout: found.layout,
+    })))
+}
+
+/// The 3.9-3.12 runtime through the table's offsets in `_PyRuntime`;
+/// `None` before the interpreter set its thread-state key.
+///
+/// # Errors
+/// A read fails, or the key is too large ([`ProbeError::TssKeyTooLarge`]).
+fn from_table(
+    memory: &ProcessMemory,
+    runtime: u64,
+    layout: &'static VersionLayout,
+) -> Result<Option<threads::Found>, ProbeError> {
+    let tgid = memory.tgid();
+    let read_u64 = |addr: u64| {
+        memory
+            .read_u64(addr)
+            .map_err(|source| memory_error(tgid, source))
+    };
+    let RuntimeLayout::Table {
+        tss_key,
+        main_interp,
+        tstate_current,
+    } = layout.runtime
+    else {
+        return Ok(None);
+    };
+    // `Py_tss_t` is `{ int _is_initialized; pthread_key_t _key; }`
+    // (Include/cpython/pythread.h).
+    let tss = memory
+        .read_array::<8>(runtime.wrapping_add(tss_key).wrapping_sub(4))
+        .map_err(|source| memory_error(tgid, source))?;
+    let [i0, i1, i2, i3, k0, k1, k2, k3] = tss;
+    if i32::from_le_bytes([i0, i1, i2, i3]) != 1 {
+        return Ok(None);
+    }
+    let key = u32::from_le_bytes([k0, k1, k2, k3]);
+    if key >= MAX_TSS_KEY {
+        return Err(ProbeError::TssKeyTooLarge { tgid, key });
+    }
+    Ok(Some(threads::Found {
+        layout: *layout,
+        tss_slot_offset: threads::GLIBC_TSD_FIRST_BLOCK + 16 * key as i32 + 8,
+        main_interp: read_u64(runtime.wrapping_add(main_interp))?,
+        tstate_current_addr: tstate_current.map_or(0, |offset| runtime.wrapping_add(offset)),
     }))
 }
 
-fn memory_error(tgid: u32, source: MemError) -> ProbeError {
+pub(super) fn memory_error(tgid: u32, source: MemError) -> ProbeError {
     ProbeError::Memory { tgid, source }
 }
 
@@ -529,13 +379,18 @@ pub(crate) mod tests {
         let Some(interp) = spawn(exe, SLEEP) else {
             return;
         };
-        assert_eq!(interp.first_line.trim(), version);
+        // `version` ends with '.' for "any micro version".
+        let reported = interp.first_line.trim();
+        assert!(
+            reported == version || version.ends_with('.') && reported.starts_with(version),
+            "{reported}"
+        );
         let Probe::Python(python) = probe(interp.child.id()).unwrap() else {
             panic!("{exe} not detected as python");
         };
-        assert_eq!(python.version.to_string(), version);
+        assert_eq!(python.version.to_string(), reported);
         assert!(python.binary.ends_with(binary_name), "{:?}", python.binary);
-        assert!(python.info.tss_key < MAX_TSS_KEY);
+        assert_ne!(python.info.tss_slot_offset, 0);
         assert_eq!(python.info.offsets, python.layout.walk);
         assert_ne!(python.info.main_interp, 0);
         if python.version.minor >= 11 {
@@ -581,6 +436,26 @@ pub(crate) mod tests {
         );
     }
 
+    /// Debian sid's CPython `minor` ("3.14") that `cargo xtask test`
+    /// unpacks, patchelf'd (xtask/src/interpreters.rs).
+    pub(crate) fn debian_python(minor: &str) -> String {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let tree = root.join(format!("target/interpreters/python{minor}"));
+        tree.join(format!("usr/bin/python{minor}"))
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn probes_debian_3_14_static() {
+        probe_python(&debian_python("3.14"), "3.14.", "python3.14");
+    }
+
+    #[test]
+    fn probes_debian_3_15_static() {
+        probe_python(&debian_python("3.15"), "3.15.", "python3.15");
+    }
+
     #[test]
     fn probes_pyenv_3_9_shared() {
         probe_python(
@@ -611,7 +486,10 @@ pub(crate) mod tests {
         );
         let message = error.to_string();
         assert!(message.contains("python 3.8.18"), "{message}");
-        assert!(message.contains("3.9, 3.10, 3.11, 3.12, 3.13"), "{message}");
+        assert!(
+            message.contains("3.9, 3.10, 3.11, 3.12, 3.13+"),
+            "{message}"
+        );
     }
 
     #[test]

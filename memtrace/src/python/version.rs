@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::probe::PythonVersion;
+use super::types::PythonVersion;
 
 /// What a CPython file name says: `python3.10` or `libpython3.13t.so.1.0`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

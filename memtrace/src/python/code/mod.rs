@@ -116,7 +116,7 @@ pub struct FrameResolver {
 /// A registered process.
 #[derive(Debug)]
 struct Registered {
-    layout: &'static VersionLayout,
+    layout: VersionLayout,
     /// Opened at registration so a later tgid reuse cannot redirect reads;
     /// `None` when the process was already gone.
     memory: Option<ProcessMemory>,
@@ -219,7 +219,7 @@ impl FrameResolver {
                 let code = match self.inherited_code(registered.parent, frame) {
                     Some(code) => code.clone(),
                     None => {
-                        let own = (&registered.memory, registered.layout);
+                        let own = (&registered.memory, &registered.layout);
                         self.read_code_chain(tgid, own, registered.parent, frame)?
                     }
                 };
@@ -262,7 +262,7 @@ impl FrameResolver {
         frame: &PyFrame,
     ) -> Result<CodeObject, ResolveError> {
         let mut last_error = None;
-        let inherited = self.ancestors(parent).map(|r| (&r.memory, r.layout));
+        let inherited = self.ancestors(parent).map(|r| (&r.memory, &r.layout));
         for (memory, layout) in std::iter::once(own).chain(inherited) {
             let Some(memory) = memory else {
                 continue;

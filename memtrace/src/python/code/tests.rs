@@ -192,7 +192,7 @@ fn exited_child_falls_back_to_parent() {
 /// A registered process with no open memory and `codes` cached.
 fn unreadable(parent: Option<u32>, codes: HashMap<u64, CodeObject>) -> Registered {
     Registered {
-        layout: crate::python::offsets::layout(3, 12).unwrap(),
+        layout: *crate::python::offsets::layout(3, 12).unwrap(),
         memory: None,
         parent,
         codes,
