@@ -22,8 +22,8 @@ use std::{
 use serde_json::Value;
 
 use common::{
-    interpreter, memtrace, pyenv, python_3_11, require_ebpf, script, stack_functions, trace,
-    trace_expecting, trace_script, Trace,
+    debian_python, interpreter, memtrace, pyenv, python_3_11, require_ebpf, script,
+    stack_functions, trace, trace_expecting, trace_script, Trace,
 };
 
 /// Allowed relative error of attributed bytes against the workload's own
@@ -109,6 +109,18 @@ fn attributes_growth_to_function_on_pyenv_3_9() {
 #[test]
 fn attributes_growth_to_function_on_pyenv_3_10() {
     let python = require_ebpf!(interpreter(&[pyenv("3.10.13", "python3.10")]));
+    check_grow_cache(&python);
+}
+
+#[test]
+fn attributes_growth_to_function_on_debian_3_14() {
+    let python = require_ebpf!(debian_python("3.14"));
+    check_grow_cache(&python);
+}
+
+#[test]
+fn attributes_growth_to_function_on_debian_3_15() {
+    let python = require_ebpf!(debian_python("3.15"));
     check_grow_cache(&python);
 }
 

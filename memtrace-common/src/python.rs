@@ -126,6 +126,13 @@ pub struct PyProcessInfo {
     /// `_Py_tss_gilstate` below the thread pointer, hence signed), so
     /// another glibc's `struct pthread` is read right.
     pub tss_slot_offset: i32,
+    /// A second word that may hold the thread state, read when the first
+    /// holds 0 (0: none). On 3.15, whose `_Py_tss_gilstate` (kept while
+    /// the thread is detached) and `_Py_tss_tstate` (NULL while detached)
+    /// both sit in static TLS with no symbol in `.dynsym`, a thread seen
+    /// attached shows both and `probe` cannot tell them apart: the first
+    /// non-zero of the two is the thread's state either way.
+    pub tss_slot_offset_alt: i32,
     /// Struct offsets for this version.
     pub offsets: PyOffsets,
     /// `_PyRuntime.interpreters.main`: the main interpreter's
@@ -142,5 +149,5 @@ pub struct PyProcessInfo {
 const _: () = {
     assert!(core::mem::size_of::<PyFrame>() == 16);
     assert!(core::mem::size_of::<PyOffsets>() == 24);
-    assert!(core::mem::size_of::<PyProcessInfo>() == 48);
+    assert!(core::mem::size_of::<PyProcessInfo>() == 56);
 };

@@ -54,7 +54,7 @@ pub unsafe fn walk(tgid: u32, frames: *mut [PyFrame; MAX_FRAMES]) -> Walk {
     let Some(info) = (unsafe { PY_PROCESSES.get(tgid) }).copied() else {
         return Walk::empty(STACK_NO_PYTHON);
     };
-    let Ok((tss_tstate, fsbase)) = thread_state(info.tss_slot_offset) else {
+    let Ok((tss_tstate, fsbase)) = thread_state(&info) else {
         return Walk::empty(STACK_READ_ERROR);
     };
     // A thread a 3.9-3.11 sub-interpreter started has no TSS slot but may
@@ -71,12 +71,17 @@ pub unsafe fn walk(tgid: u32, frames: *mut [PyFrame; MAX_FRAMES]) -> Walk {
     walk
 }
 
-/// The current thread's `PyThreadState*` from its glibc TSS slot at
-/// `slot_offset` from the thread pointer, and the thread's fsbase.
+/// The current thread's `PyThreadState*` from the word at
+/// `tss_slot_offset` from its thread pointer (or, when that holds 0, at
+/// `tss_slot_offset_alt`), and the thread's fsbase.
 #[inline(always)]
-fn thread_state(slot_offset: i32) -> Result<(u64, u64), ()> {
+fn thread_state(info: &PyProcessInfo) -> Result<(u64, u64), ()> {
     let fsbase: u64 = kernel::field(kernel::current_task(), TASK_FSBASE_OFFSET.load())?;
-    let tstate = read_user(fsbase.wrapping_add(i64::from(slot_offset) as u64))?;
+    let at = |offset: i32| fsbase.wrapping_add(i64::from(offset) as u64);
+    let mut tstate: u64 = read_user(at(info.tss_slot_offset))?;
+    if tstate == 0 && info.tss_slot_offset_alt != 0 {
+        tstate = read_user(at(info.tss_slot_offset_alt))?;
+    }
     Ok((tstate, fsbase))
 }
 

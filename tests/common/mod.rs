@@ -79,6 +79,40 @@ pub fn python_3_11() -> Option<PathBuf> {
     interpreter(&[pyenv("3.11.7", "python3.11")])
 }
 
+/// Debian sid's CPython `minor` ("3.14", "3.15") that `cargo xtask test`
+/// unpacks under target/interpreters (xtask/src/interpreters.rs),
+/// patchelf'd to its own loader and libraries; `None` after printing why
+/// the test skips.
+pub fn debian_python(minor: &str) -> Option<PathBuf> {
+    interpreter(&[debian_tree(minor).join(format!("usr/bin/python{minor}"))])
+}
+
+/// The unpacked tree of [`debian_python`].
+pub fn debian_tree(minor: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("target/interpreters")
+        .join(format!("python{minor}"))
+}
+
+/// How to start [`debian_python`]'s unpatched file through the tree's own
+/// loader: `[ld-linux-x86-64.so.2, --library-path, LIB, pythonX.Y.unpatched]`
+/// (then `/proc/PID/exe` is the loader); `None` after printing why the
+/// test skips.
+pub fn debian_python_through_loader(minor: &str) -> Option<Vec<String>> {
+    let tree = debian_tree(minor);
+    let lib = tree.join("usr/lib/x86_64-linux-gnu");
+    let unpatched = tree.join(format!("usr/bin/python{minor}.unpatched"));
+    interpreter(&[unpatched.clone()])?;
+    Some(vec![
+        lib.join("ld-linux-x86-64.so.2").display().to_string(),
+        "--library-path".to_owned(),
+        lib.display().to_string(),
+        unpatched.display().to_string(),
+    ])
+}
+
 /// The first of `candidates` that is installed, or `None` after printing
 /// why the test skips.
 pub fn interpreter(candidates: &[PathBuf]) -> Option<PathBuf> {

@@ -264,6 +264,7 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
         info: PyProcessInfo {
             version_hex,
             tss_slot_offset: found.tss_slot_offset,
+            tss_slot_offset_alt: found.tss_slot_offset_alt,
             offsets: found.layout.walk,
             main_interp: found.main_interp,
             tstate_current_addr: found.tstate_current_addr,
@@ -312,6 +313,7 @@ fn from_table(
     Ok(Some(threads::Found {
         layout: *layout,
         tss_slot_offset: threads::GLIBC_TSD_FIRST_BLOCK + 16 * key as i32 + 8,
+        tss_slot_offset_alt: 0,
         main_interp: read_u64(runtime.wrapping_add(main_interp))?,
         tstate_current_addr: tstate_current.map_or(0, |offset| runtime.wrapping_add(offset)),
     }))

@@ -43,6 +43,8 @@ pub struct Found {
     pub layout: VersionLayout,
     /// `PyProcessInfo::tss_slot_offset`.
     pub tss_slot_offset: i32,
+    /// `PyProcessInfo::tss_slot_offset_alt` (0: none).
+    pub tss_slot_offset_alt: i32,
     /// The main interpreter's `PyInterpreterState *`.
     pub main_interp: u64,
     /// `PyProcessInfo::tstate_current_addr` (0 on 3.12+).
@@ -101,7 +103,8 @@ pub fn find(
             bytes: layout.bytes,
             unicode: layout.unicode,
         },
-        tss_slot_offset: slot,
+        tss_slot_offset: slot.0,
+        tss_slot_offset_alt: slot.1,
         main_interp,
         tstate_current_addr: 0,
     }))
@@ -124,14 +127,15 @@ fn last_of(
     Ok(last)
 }
 
-/// The offset from its thread pointer of a thread's own slot (searching
-/// the threads from `first`), and that thread's state; `None` when no
-/// thread shows one slot alone (probe again later).
+/// The offsets from its thread pointer of a thread's own slot and
+/// alternative (see [`own_slot`]; searching the threads from `first`), and
+/// that thread's state; `None` when no thread shows them (probe again
+/// later).
 fn slot_offset(
     memory: &ProcessMemory,
     first: u64,
     layout: &DebugLayout,
-) -> Result<Option<(i32, u64)>, ProbeError> {
+) -> Result<Option<((i32, i32), u64)>, ProbeError> {
     let tgid = memory.tgid();
     let read = |addr: u64| {
         memory
@@ -152,14 +156,16 @@ fn slot_offset(
     Ok(None)
 }
 
-/// The offset from `fsbase` of the word that holds `tstate` for as long as
-/// the thread exists: its TSD slot after the thread pointer (3.13, 3.14:
-/// `autoTSSkey`) when one word there holds it, else, below the thread
-/// pointer in static TLS, the one word that does (3.15's
-/// `_Py_tss_gilstate`). `_Py_tss_tstate` (3.13+) holds it too, but only
-/// while the thread is attached; a thread seen attached with two such
-/// words gives `None`. Also `None` when the thread's memory is gone.
-fn own_slot(memory: &ProcessMemory, fsbase: u64, tstate: u64) -> Option<i32> {
+/// The offsets from `fsbase` of the words that hold `tstate`: its TSD slot
+/// after the thread pointer (3.13, 3.14: `autoTSSkey`, kept while the
+/// thread exists) when one word there holds it, with no alternative; else,
+/// below the thread pointer in static TLS, 3.15's `_Py_tss_gilstate` (kept
+/// while the thread exists) and `_Py_tss_tstate` (3.13+, NULL while the
+/// thread is detached): one word when the thread is detached (with no
+/// alternative), two in address order when it is attached (the first
+/// non-zero of the two is the thread's state either way). `None` for more,
+/// or when the thread's memory is gone.
+fn own_slot(memory: &ProcessMemory, fsbase: u64, tstate: u64) -> Option<(i32, i32)> {
     if fsbase < TSD_SEARCH_BYTES as u64 {
         return None;
     }
@@ -184,7 +190,8 @@ fn own_slot(memory: &ProcessMemory, fsbase: u64, tstate: u64) -> Option<i32> {
     }
     let (after, before): (Vec<i32>, Vec<i32>) = matches.iter().partition(|&&o| o >= 0);
     match (after.as_slice(), before.as_slice()) {
-        ([one], _) | ([], [one]) => Some(*one),
+        ([one], _) | ([], [one]) => Some((*one, 0)),
+        ([], [first, second]) => Some((*first, *second)),
         _ => None,
     }
 }
