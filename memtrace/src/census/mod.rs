@@ -149,8 +149,8 @@ impl Censuses {
             .find(|m| m.pathname == MMapPath::Heap)
             .map(|m| m.address.0..m.address.1);
         let located = match self.located.get(&tgid) {
-            Some(found) if found.pymalloc.is_some() || python.is_none() => *found,
-            _ => {
+            Some(found) => *found,
+            None => {
                 let found = locate(&mut memory, reader, &maps, python, heap.as_ref());
                 self.located.insert(tgid, found);
                 found
@@ -280,5 +280,85 @@ impl Residency for Pagemap {
             .filter(|e| remote::u64_at(e, 0) >> 63 == 1)
             .count() as u64;
         Some(present * 4096)
+    }
+}
+
+/// A census with the anonymous RSS read right after it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reading {
+    /// The allocators' state.
+    pub census: Census,
+    /// `RssAnon` of /proc/PID/status right after it, bytes.
+    pub rss_anon_bytes: u64,
+}
+
+/// The censuses of one process image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageCensus {
+    /// The image (the report's process row).
+    pub process: crate::process::ProcessId,
+    /// Its tgid.
+    pub tgid: u32,
+    /// The last census before its end began (its exit, its interpreter's
+    /// finalization, or an exec).
+    pub latest: Option<Reading>,
+    /// The census taken at its highest anonymous RSS (the high-water mark,
+    /// as far as censuses saw it).
+    pub at_peak: Option<Reading>,
+    /// Censuses taken.
+    pub taken: u64,
+    /// Bytes read from it over all its censuses.
+    pub read_bytes: u64,
+    /// Longest census, ns.
+    pub max_elapsed_ns: u64,
+}
+
+impl ImageCensus {
+    /// An image with no census yet.
+    #[must_use]
+    pub fn new(process: crate::process::ProcessId, tgid: u32) -> Self {
+        Self {
+            process,
+            tgid,
+            latest: None,
+            at_peak: None,
+            taken: 0,
+            read_bytes: 0,
+            max_elapsed_ns: 0,
+        }
+    }
+
+    /// Adds a census read at anonymous RSS `rss_anon_bytes`.
+    pub fn add(&mut self, census: Census, rss_anon_bytes: u64) {
+        self.taken += 1;
+        self.read_bytes += census.read_bytes;
+        self.max_elapsed_ns = self.max_elapsed_ns.max(census.elapsed_ns);
+        let reading = Reading {
+            census,
+            rss_anon_bytes,
+        };
+        if self
+            .at_peak
+            .as_ref()
+            .is_none_or(|peak| rss_anon_bytes >= peak.rss_anon_bytes)
+        {
+            self.at_peak = Some(reading.clone());
+        }
+        self.latest = Some(reading);
+    }
+}
+
+/// Every image's censuses, for the verdict.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CensusReport {
+    /// Images with at least one census.
+    pub images: Vec<ImageCensus>,
+}
+
+impl CensusReport {
+    /// The censuses of image `process`.
+    #[must_use]
+    pub fn image(&self, process: crate::process::ProcessId) -> Option<&ImageCensus> {
+        self.images.iter().find(|i| i.process == process)
     }
 }
