@@ -96,7 +96,14 @@ fn run(rx: &Receiver<Message>) -> CensusReport {
                 end(&mut watched, &mut censuses, &mut report, tgid);
                 let image = ImageCensus::new(id, tgid);
                 let due = Instant::now();
-                watched.insert(tgid, Watched { python: *python, image, due });
+                watched.insert(
+                    tgid,
+                    Watched {
+                        python: *python,
+                        image,
+                        due,
+                    },
+                );
             }
             Ok(Message::End(tgid)) => end(&mut watched, &mut censuses, &mut report, tgid),
             Err(RecvTimeoutError::Timeout) => {}

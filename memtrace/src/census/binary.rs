@@ -33,8 +33,15 @@ impl MappedBinary {
     /// `names` (e.g. `libc.so.6`), or `path` exactly, with the exported
     /// `functions`' first bytes; `None` when none is mapped or readable.
     #[must_use]
-    pub fn find(tgid: u32, maps: &[MemoryMap], wanted: impl Fn(&Path) -> bool, functions: &[&str]) -> Option<Self> {
-        let map = maps.iter().find(|m| matches!(&m.pathname, MMapPath::Path(p) if wanted(p)))?;
+    pub fn find(
+        tgid: u32,
+        maps: &[MemoryMap],
+        wanted: impl Fn(&Path) -> bool,
+        functions: &[&str],
+    ) -> Option<Self> {
+        let map = maps
+            .iter()
+            .find(|m| matches!(&m.pathname, MMapPath::Path(p) if wanted(p)))?;
         let MMapPath::Path(path) = &map.pathname else {
             return None;
         };
@@ -83,14 +90,23 @@ impl MappedBinary {
 
 /// The file of `map` of process `tgid`.
 fn open(tgid: u32, map: &MemoryMap, path: &Path) -> Option<File> {
-    let via_map_files = format!("/proc/{tgid}/map_files/{:x}-{:x}", map.address.0, map.address.1);
+    let via_map_files = format!(
+        "/proc/{tgid}/map_files/{:x}-{:x}",
+        map.address.0, map.address.1
+    );
     File::open(via_map_files).ok().or_else(|| {
-        File::open(Path::new(&format!("/proc/{tgid}/root")).join(path.strip_prefix("/").unwrap_or(path))).ok()
+        File::open(
+            Path::new(&format!("/proc/{tgid}/root")).join(path.strip_prefix("/").unwrap_or(path)),
+        )
+        .ok()
     })
 }
 
 /// The first [`FUNCTION_BYTES`] of the code at link-time address `addr`.
-fn code_at<'data, R: object::ReadRef<'data>>(elf: &object::File<'data, R>, addr: u64) -> Option<Vec<u8>> {
+fn code_at<'data, R: object::ReadRef<'data>>(
+    elf: &object::File<'data, R>,
+    addr: u64,
+) -> Option<Vec<u8>> {
     elf.segments().find_map(|s| {
         let data = s.data_range(addr, FUNCTION_BYTES as u64).ok()??;
         Some(data.to_vec())

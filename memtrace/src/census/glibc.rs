@@ -102,7 +102,11 @@ impl GlibcCensus {
     /// Free resident bytes in thread arenas only.
     #[must_use]
     pub fn thread_arena_free_resident_bytes(&self) -> u64 {
-        self.arenas.iter().filter(|a| !a.main).map(|a| a.free_resident_bytes).sum()
+        self.arenas
+            .iter()
+            .filter(|a| !a.main)
+            .map(|a| a.free_resident_bytes)
+            .sum()
     }
 }
 
@@ -153,7 +157,8 @@ fn is_arena(state: &[u8], addr: u64, own: Range<u64>) -> bool {
     let empty = (0..127)
         .filter(|i| {
             let own = addr + 96 + 16 * i;
-            u64_at(state, 112 + 16 * *i as usize) == own && u64_at(state, 120 + 16 * *i as usize) == own
+            u64_at(state, 112 + 16 * *i as usize) == own
+                && u64_at(state, 120 + 16 * *i as usize) == own
         })
         .count();
     empty >= 64
@@ -302,7 +307,8 @@ impl Walk {
     /// The 16 bytes at `addr` (`prev_size`, `size`), from the window, read
     /// afresh when `fresh`.
     fn header(&mut self, memory: &mut dyn Memory, addr: u64, fresh: bool) -> Option<(u64, u64)> {
-        let inside = addr >= self.window_at && addr + 16 <= self.window_at + self.window.len() as u64;
+        let inside =
+            addr >= self.window_at && addr + 16 <= self.window_at + self.window.len() as u64;
         if fresh || !inside {
             let end = (addr + 16).next_multiple_of(PAGE_BYTES).min(self.heap.end);
             if end < addr + 16 {
@@ -330,7 +336,12 @@ impl Walk {
     }
 
     /// Walks the heap into `arena`.
-    fn run(mut self, memory: &mut dyn Memory, residency: &mut dyn Residency, arena: &mut ArenaCensus) {
+    fn run(
+        mut self,
+        memory: &mut dyn Memory,
+        residency: &mut dyn Residency,
+        arena: &mut ArenaCensus,
+    ) {
         arena.heap_bytes += self.heap.end - self.heap.start;
         let mut addr = self.heap.start;
         while addr + MIN_CHUNK_BYTES <= self.heap.end {
@@ -385,7 +396,13 @@ impl Walk {
     }
 
     /// Counts a free chunk, with its resident pages.
-    fn add_free(&mut self, residency: &mut dyn Residency, arena: &mut ArenaCensus, addr: u64, size: u64) {
+    fn add_free(
+        &mut self,
+        residency: &mut dyn Residency,
+        arena: &mut ArenaCensus,
+        addr: u64,
+        size: u64,
+    ) {
         arena.free_bytes += size;
         // Pages wholly inside the chunk may be untouched or given back; the
         // partial pages at its ends hold its header or a neighbour.
@@ -418,7 +435,11 @@ impl Walk {
         if !consistent {
             return;
         }
-        let bytes: u64 = counts.iter().enumerate().map(|(i, c)| c * (32 + 16 * i as u64)).sum();
+        let bytes: u64 = counts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c * (32 + 16 * i as u64))
+            .sum();
         let moved = bytes.min(arena.in_use_bytes);
         arena.in_use_bytes -= moved;
         arena.free_bytes += moved;

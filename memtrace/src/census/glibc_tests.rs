@@ -66,13 +66,28 @@ fn take(image: &mut Image, residency: &mut dyn Residency) -> GlibcCensus {
         main_arena: LIBC + 0x100,
         mp: None,
     };
-    census(image, residency, vars, Some(HEAP..HEAP + HEAP_BYTES), u64::MAX).unwrap()
+    census(
+        image,
+        residency,
+        vars,
+        Some(HEAP..HEAP + HEAP_BYTES),
+        u64::MAX,
+    )
+    .unwrap()
 }
 
 #[test]
 fn a_walk_tells_in_use_from_free_and_reads_residency() {
     let mut image = Image::new();
-    let top = heap(&mut image, &[(0x290, true), (0x1000, true), (0x2_0000, false), (0x40, true)]);
+    let top = heap(
+        &mut image,
+        &[
+            (0x290, true),
+            (0x1000, true),
+            (0x2_0000, false),
+            (0x40, true),
+        ],
+    );
     image.map(LIBC, vec![0; 0x1000]);
     image.write(LIBC + 0x100, &arena(top));
     let census = take(&mut image, &mut AllResident);
@@ -81,18 +96,27 @@ fn a_walk_tells_in_use_from_free_and_reads_residency() {
     assert_eq!(main.in_use_bytes, 0x290 + 0x1000 + 0x40);
     assert_eq!(main.free_bytes, HEAP_BYTES - main.in_use_bytes);
     assert_eq!(main.free_resident_bytes, main.free_bytes);
-    assert_eq!((main.chunks, main.resyncs, main.footer_mismatches), (5, 0, 0));
+    assert_eq!(
+        (main.chunks, main.resyncs, main.footer_mismatches),
+        (5, 0, 0)
+    );
 
     // The free chunk's pages past 0x8000 into it were given back.
     let census = take(&mut image, &mut ResidentBelow(HEAP + 0x1290 + 0x8000));
     let main = &census.arenas[0];
-    assert!(main.free_resident_bytes < main.free_bytes - 0x1_0000, "{main:?}");
+    assert!(
+        main.free_resident_bytes < main.free_bytes - 0x1_0000,
+        "{main:?}"
+    );
 }
 
 #[test]
 fn tcache_chunks_count_as_free() {
     let mut image = Image::new();
-    let top = heap(&mut image, &[(0x290, true), (0x30, true), (0x30, true), (0x40, true)]);
+    let top = heap(
+        &mut image,
+        &[(0x290, true), (0x30, true), (0x30, true), (0x40, true)],
+    );
     // The tcache struct: two 48-byte chunks in bin 1, their entry set.
     image.write(HEAP + 16 + 2, &2u16.to_le_bytes());
     image.write(HEAP + 16 + 128 + 8, &(HEAP + 0x2a0).to_le_bytes());
@@ -105,7 +129,16 @@ fn tcache_chunks_count_as_free() {
 #[test]
 fn a_torn_header_resyncs_and_counts_unknown_bytes() {
     let mut image = Image::new();
-    let top = heap(&mut image, &[(0x100, true), (0x100, true), (0x100, true), (0x100, true), (0x100, true)]);
+    let top = heap(
+        &mut image,
+        &[
+            (0x100, true),
+            (0x100, true),
+            (0x100, true),
+            (0x100, true),
+            (0x100, true),
+        ],
+    );
     image.write(HEAP + 0x100 + 8, &0x13u64.to_le_bytes()); // a size that is user data
     image.map(LIBC, vec![0; 0x1000]);
     image.write(LIBC + 0x100, &arena(top));
@@ -126,5 +159,8 @@ fn the_arena_signature_finds_main_arena_only() {
     data[mp_at + 104..mp_at + 112].copy_from_slice(&64u64.to_le_bytes());
     data[mp_at + 112..mp_at + 120].copy_from_slice(&1032u64.to_le_bytes());
     data[mp_at + 120..mp_at + 128].copy_from_slice(&7u64.to_le_bytes());
-    assert_eq!(find_mp(&data, LIBC, &(HEAP..HEAP + HEAP_BYTES)), vec![LIBC + mp_at as u64]);
+    assert_eq!(
+        find_mp(&data, LIBC, &(HEAP..HEAP + HEAP_BYTES)),
+        vec![LIBC + mp_at as u64]
+    );
 }

@@ -86,14 +86,24 @@ fn within(actual: u64, expected: f64, fraction: f64, what: &str) {
 #[ignore = "needs root and the interpreters"]
 fn pymalloc_survivors_are_read_as_pinned_free_memory() {
     for python in interpreters().iter().filter(|p| p.exists()) {
-        let workload = run(python, "alloc_fragment.py", &["--mib", "120", "--hold", "30"]);
+        let workload = run(
+            python,
+            "alloc_fragment.py",
+            &["--mib", "120", "--hold", "30"],
+        );
         let census = census_of(&workload);
         let pymalloc = census.pymalloc.as_ref().expect("pymalloc found");
-        within(pymalloc.live_bytes, truth(&workload, "pymalloc_live_bytes"), 0.01, "pymalloc live");
+        within(
+            pymalloc.live_bytes,
+            truth(&workload, "pymalloc_live_bytes"),
+            0.01,
+            "pymalloc live",
+        );
         assert_eq!(pymalloc.invalid_pools, 0);
         assert!(pymalloc.free_bytes() > 100 << 20, "{pymalloc:?}");
         let glibc = census.glibc.as_ref().expect("glibc found");
-        let truth_in_use = truth(&workload, "glibc_in_use_bytes") + truth(&workload, "glibc_mmapped_bytes");
+        let truth_in_use =
+            truth(&workload, "glibc_in_use_bytes") + truth(&workload, "glibc_mmapped_bytes");
         within(glibc.in_use_bytes(), truth_in_use, 0.1, "glibc in use");
     }
 }
@@ -110,11 +120,19 @@ fn glibc_thread_arenas_are_read_as_free_memory() {
         let census = census_of(&workload);
         let glibc = census.glibc.as_ref().expect("glibc found");
         assert!(glibc.arenas.len() >= 9, "{glibc:?}");
-        let truth_in_use = truth(&workload, "glibc_in_use_bytes") + truth(&workload, "glibc_mmapped_bytes");
+        let truth_in_use =
+            truth(&workload, "glibc_in_use_bytes") + truth(&workload, "glibc_mmapped_bytes");
         within(glibc.in_use_bytes(), truth_in_use, 0.1, "glibc in use");
         let free: u64 = glibc.arenas.iter().map(|a| a.free_bytes).sum();
-        within(free, truth(&workload, "glibc_free_bytes"), 0.02, "glibc free");
-        assert!(glibc.thread_arena_free_resident_bytes() > 200 << 20, "{glibc:?}");
+        within(
+            free,
+            truth(&workload, "glibc_free_bytes"),
+            0.02,
+            "glibc free",
+        );
+        assert!(
+            glibc.thread_arena_free_resident_bytes() > 200 << 20,
+            "{glibc:?}"
+        );
     }
 }
-

@@ -79,7 +79,9 @@ impl Census {
     /// glibc's share of [`Self::held_free_bytes`].
     #[must_use]
     pub fn glibc_free_bytes(&self) -> u64 {
-        self.glibc.as_ref().map_or(0, GlibcCensus::free_resident_bytes)
+        self.glibc
+            .as_ref()
+            .map_or(0, GlibcCensus::free_resident_bytes)
     }
 }
 
@@ -160,9 +162,9 @@ impl Censuses {
             .pymalloc
             .and_then(|vars| pymalloc::census(&mut memory, vars).ok());
         let mut residency = Pagemap::open(reader);
-        let glibc = located
-            .glibc
-            .and_then(|vars| glibc::census(&mut memory, &mut residency, vars, heap, MAX_READ_BYTES).ok());
+        let glibc = located.glibc.and_then(|vars| {
+            glibc::census(&mut memory, &mut residency, vars, heap, MAX_READ_BYTES).ok()
+        });
         if pymalloc.is_none() && glibc.is_none() {
             return Err(CensusError::NotFound { tgid });
         }
@@ -188,7 +190,10 @@ fn locate(
     let libc = MappedBinary::find(
         tgid,
         maps,
-        |p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so")),
+        |p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+        },
         &[],
     );
     let glibc = libc.and_then(|libc| {
@@ -273,7 +278,8 @@ impl Residency for Pagemap {
         let file = self.file.as_ref()?;
         let pages = (range.end - range.start) / 4096;
         let mut entries = vec![0u8; usize::try_from(pages).ok()? * 8];
-        file.read_exact_at(&mut entries, range.start / 4096 * 8).ok()?;
+        file.read_exact_at(&mut entries, range.start / 4096 * 8)
+            .ok()?;
         self.bytes_read += entries.len() as u64;
         let present = entries
             .chunks(8)

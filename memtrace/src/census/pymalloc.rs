@@ -151,7 +151,10 @@ pub fn census(memory: &mut dyn Memory, vars: ArenaVars) -> io::Result<PymallocCe
         }
     }
     out.carved_pools = pools.len() as u64;
-    for (&addr, header) in pools.iter().zip(memory.gather(&pools, HEADER_BYTES as usize)) {
+    for (&addr, header) in pools
+        .iter()
+        .zip(memory.gather(&pools, HEADER_BYTES as usize))
+    {
         match header.and_then(|h| pool(&h, addr, maxarenas)) {
             Some(p) => add_pool(&mut out, p),
             None => out.invalid_pools += 1,
@@ -220,11 +223,17 @@ fn is_mgmt(state: &[u8]) -> bool {
     }
     let end = arenas + u64::from(maxarenas) * HEADER_BYTES;
     let on_array = |p: u64| p == 0 || (arenas <= p && p < end && (p - arenas) % HEADER_BYTES == 0);
-    let lists = (16..32 + 65 * 8).step_by(8).all(|o| on_array(u64_at(state, o)));
+    let lists = (16..32 + 65 * 8)
+        .step_by(8)
+        .all(|o| on_array(u64_at(state, o)));
     let current = u64_at(state, 552);
     let ntimes = u64_at(state, 560);
     let highwater = u64_at(state, 568);
-    lists && current >= 1 && current <= highwater && highwater <= u64::from(maxarenas) && highwater <= ntimes
+    lists
+        && current >= 1
+        && current <= highwater
+        && highwater <= u64::from(maxarenas)
+        && highwater <= ntimes
 }
 
 /// 3.11: the arena variables from the first loads of `_Py_GetAllocatedBlocks`
@@ -241,7 +250,8 @@ pub fn loads_of_allocated_blocks(func_addr: u64, code: &[u8]) -> (Vec<u64>, Vec<
     while i + 6 <= code.len() {
         let rex = code[i] & 0xf0 == 0x40;
         let at = if rex { i + 1 } else { i };
-        let is_mov = code.get(at) == Some(&0x8b) && code.get(at + 1).is_some_and(|m| m & 0xc7 == 0x05);
+        let is_mov =
+            code.get(at) == Some(&0x8b) && code.get(at + 1).is_some_and(|m| m & 0xc7 == 0x05);
         if !is_mov || at + 6 > code.len() {
             i += 1;
             continue;

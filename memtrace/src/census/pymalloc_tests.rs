@@ -31,7 +31,10 @@ fn image(pools: &[Vec<u8>]) -> Image {
     image.map(ARRAY, vec![0; 16 * 48]);
     let first = ARENA.div_ceil(POOL_BYTES) * POOL_BYTES;
     image.write(ARRAY, &ARENA.to_le_bytes());
-    image.write(ARRAY + 8, &(first + pools.len() as u64 * POOL_BYTES).to_le_bytes());
+    image.write(
+        ARRAY + 8,
+        &(first + pools.len() as u64 * POOL_BYTES).to_le_bytes(),
+    );
     image.map(ARENA, vec![0; ARENA_BYTES as usize]);
     for (i, h) in pools.iter().enumerate() {
         image.write(first + i as u64 * POOL_BYTES, h);
@@ -50,7 +53,12 @@ fn vars() -> ArenaVars {
 fn live_and_free_bytes_come_from_pool_headers() {
     // Class 24 (400 B): 40 blocks a pool. One survivor in each of two
     // pools, one full pool of class 0 (16 B, 1021 blocks), one empty pool.
-    let mut image = image(&[header(24, 1, 40), header(24, 1, 40), header(0, 1021, 1021), header(3, 0, 10)]);
+    let mut image = image(&[
+        header(24, 1, 40),
+        header(24, 1, 40),
+        header(0, 1021, 1021),
+        header(3, 0, 10),
+    ]);
     let census = census(&mut image, vars()).unwrap();
     assert_eq!(census.arenas, 1);
     assert_eq!(census.carved_pools, 4);

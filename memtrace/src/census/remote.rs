@@ -171,7 +171,9 @@ impl Image {
         let (start, segment) = self
             .segments
             .iter_mut()
-            .find(|(start, seg)| *start <= addr && addr + bytes.len() as u64 <= start + seg.len() as u64)
+            .find(|(start, seg)| {
+                *start <= addr && addr + bytes.len() as u64 <= start + seg.len() as u64
+            })
             .expect("write inside a mapped segment");
         let offset = (addr - *start) as usize;
         segment[offset..offset + bytes.len()].copy_from_slice(bytes);

@@ -37,7 +37,10 @@ pub(super) fn apply(report: &Report, census: &CensusReport, findings: &mut [Find
         let Some(reading) = &image.latest else {
             continue;
         };
-        let replaceable = matches!(finding.pattern, Pattern::Retention | Pattern::UnmatchedGrowth);
+        let replaceable = matches!(
+            finding.pattern,
+            Pattern::Retention | Pattern::UnmatchedGrowth
+        );
         match fragmentation(reading) {
             Some(note) if replaceable && !fragmented.contains(&finding.scope) => {
                 *finding = fragmentation_finding(row, reading, &note, finding);
@@ -58,7 +61,10 @@ fn fragmentation(reading: &Reading) -> Option<Fragmentation> {
         return None;
     }
     let glibc = census.glibc.as_ref();
-    let thread_free = glibc.map_or(0, crate::census::glibc::GlibcCensus::thread_arena_free_resident_bytes);
+    let thread_free = glibc.map_or(
+        0,
+        crate::census::glibc::GlibcCensus::thread_arena_free_resident_bytes,
+    );
     let main_free = census.glibc_free_bytes() - thread_free;
     let pymalloc_free = census.pymalloc_free_bytes();
     let kind = if pymalloc_free >= thread_free.max(main_free) {
@@ -158,7 +164,12 @@ fn census_line(reading: &Reading) -> String {
             ));
         }
     }
-    if let Some(invalid) = census.pymalloc.as_ref().map(|p| p.invalid_pools).filter(|&n| n > 0) {
+    if let Some(invalid) = census
+        .pymalloc
+        .as_ref()
+        .map(|p| p.invalid_pools)
+        .filter(|&n| n > 0)
+    {
         line.push_str(&format!(" ({invalid} torn pool header(s) left out)"));
     }
     line
