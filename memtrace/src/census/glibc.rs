@@ -145,13 +145,13 @@ fn is_arena(state: &[u8], addr: u64, own: Range<u64>) -> bool {
     let top = u64_at(state, 96);
     let next = u64_at(state, 2160);
     let system_mem = u64_at(state, 2184);
-    if mutex > 2 || top == 0 || top % 16 != 0 || own.contains(&top) {
+    if mutex > 2 || top == 0 || !top.is_multiple_of(16) || own.contains(&top) {
         return false;
     }
     if next == 0 || (next != addr && own.contains(&next)) {
         return false;
     }
-    if system_mem == 0 || system_mem % 4096 != 0 || system_mem > u64_at(state, 2192) {
+    if system_mem == 0 || !system_mem.is_multiple_of(4096) || system_mem > u64_at(state, 2192) {
         return false;
     }
     let empty = (0..127)
@@ -265,7 +265,10 @@ fn move_fastbins(memory: &mut dyn Memory, state: &[u8], arena: &mut ArenaCensus)
         let mut chunk = u64_at(state, 16 + 8 * bin as usize);
         for _ in 0..MAX_FASTBIN_ENTRIES {
             let mut header = [0u8; 16];
-            if chunk == 0 || chunk % 16 != 0 || memory.read(chunk + 8, &mut header).is_err() {
+            if chunk == 0
+                || !chunk.is_multiple_of(16)
+                || memory.read(chunk + 8, &mut header).is_err()
+            {
                 break;
             }
             if u64_at(&header, 0) & !7 != size {

@@ -93,7 +93,7 @@ fn pool(header: &[u8], pool_addr: u64, maxarenas: u32) -> Option<Pool> {
     let carved_ok = maxnextoffset == POOL_BYTES - size
         && HEADER_BYTES + 2 * size <= nextoffset
         && nextoffset <= maxnextoffset + size
-        && (nextoffset - HEADER_BYTES) % size == 0
+        && (nextoffset - HEADER_BYTES).is_multiple_of(size)
         && count <= (nextoffset - HEADER_BYTES) / size;
     let free_ok = freeblock == 0
         || (pool_addr + HEADER_BYTES <= freeblock && freeblock < pool_addr + POOL_BYTES);
@@ -131,7 +131,7 @@ pub fn census(memory: &mut dyn Memory, vars: ArenaVars) -> io::Result<PymallocCe
     let mut word = [0u8; 4];
     memory.read(vars.maxarenas_addr, &mut word)?;
     let maxarenas = u32::from_le_bytes(word);
-    if !is_maxarenas(maxarenas) || arenas == 0 || arenas % 8 != 0 {
+    if !is_maxarenas(maxarenas) || arenas == 0 || !arenas.is_multiple_of(8) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("not pymalloc's arena array: maxarenas {maxarenas}, arenas {arenas:#x}"),
@@ -165,7 +165,7 @@ pub fn census(memory: &mut dyn Memory, vars: ArenaVars) -> io::Result<PymallocCe
 
 /// `maxarenas` as pymalloc grows it: 16, then doubled.
 fn is_maxarenas(value: u32) -> bool {
-    value >= 16 && value <= MAX_ARENAS && value.is_power_of_two()
+    (16..=MAX_ARENAS).contains(&value) && value.is_power_of_two()
 }
 
 /// Adds one checked pool to the census.
@@ -218,11 +218,16 @@ pub fn find_mgmt(data: &[u8], base: u64) -> Vec<u64> {
 fn is_mgmt(state: &[u8]) -> bool {
     let arenas = u64_at(state, 0);
     let maxarenas = u32_at(state, 8);
-    if arenas == 0 || arenas % 8 != 0 || !is_maxarenas(maxarenas) || u32_at(state, 12) != 0 {
+    if arenas == 0
+        || !arenas.is_multiple_of(8)
+        || !is_maxarenas(maxarenas)
+        || u32_at(state, 12) != 0
+    {
         return false;
     }
     let end = arenas + u64::from(maxarenas) * HEADER_BYTES;
-    let on_array = |p: u64| p == 0 || (arenas <= p && p < end && (p - arenas) % HEADER_BYTES == 0);
+    let on_array =
+        |p: u64| p == 0 || (arenas <= p && p < end && (p - arenas).is_multiple_of(HEADER_BYTES));
     let lists = (16..32 + 65 * 8)
         .step_by(8)
         .all(|o| on_array(u64_at(state, o)));
