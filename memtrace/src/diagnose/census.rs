@@ -174,3 +174,147 @@ fn census_line(reading: &Reading) -> String {
     }
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::test_support::{prefork_report, server_report, MIB};
+    use crate::census::glibc::{ArenaCensus, GlibcCensus};
+    use crate::census::pymalloc::PymallocCensus;
+    use crate::census::{Census, ImageCensus};
+    use crate::diagnose::{diagnose, diagnose_with_census};
+    use crate::report::fixtures::lifecycle_report;
+
+    /// A census of `live` bytes in use, `thread_free` free in one thread
+    /// arena and `pymalloc_free` free in pymalloc's pools.
+    fn census(live: u64, thread_free: u64, pymalloc_free: u64) -> Census {
+        let arena = |main: bool, in_use: u64, free: u64| ArenaCensus {
+            main,
+            in_use_bytes: in_use,
+            free_bytes: free,
+            free_resident_bytes: free,
+            ..ArenaCensus::default()
+        };
+        Census {
+            pymalloc: Some(PymallocCensus {
+                arenas: 1,
+                live_bytes: MIB,
+                free_in_used_pools_bytes: pymalloc_free,
+                ..PymallocCensus::default()
+            }),
+            glibc: Some(GlibcCensus {
+                arenas: vec![arena(true, live - MIB, 0), arena(false, 0, thread_free)],
+                mmapped_bytes: 0,
+            }),
+            ..Census::default()
+        }
+    }
+
+    /// A report with a retention finding, and that finding.
+    fn retention() -> (Report, Finding) {
+        let report = [lifecycle_report(), server_report(), prefork_report()]
+            .into_iter()
+            .find(|r| {
+                diagnose(r.clone())
+                    .diagnosis
+                    .iter()
+                    .any(|f| f.pattern == Pattern::Retention)
+            })
+            .expect("a fixture with a retention finding");
+        let finding = diagnose(report.clone())
+            .diagnosis
+            .into_iter()
+            .find(|f| f.pattern == Pattern::Retention)
+            .unwrap();
+        (report, finding)
+    }
+
+    fn with(report: &Report, scope: Scope, census: Census, rss_anon: u64) -> Vec<Finding> {
+        let Scope::Process { process, tgid } = scope else {
+            panic!("retention about the tree");
+        };
+        let mut image = ImageCensus::new(process, tgid);
+        image.add(census, rss_anon);
+        let census = CensusReport {
+            images: vec![image],
+        };
+        diagnose_with_census(report.clone(), None, census).diagnosis
+    }
+
+    #[test]
+    fn memory_held_by_thread_arenas_is_the_allocators_not_a_cache() {
+        let (report, retention) = retention();
+        let findings = with(
+            &report,
+            retention.scope,
+            census(10 * MIB, 300 * MIB, 0),
+            320 * MIB,
+        );
+        let finding = findings
+            .iter()
+            .find(|f| f.scope == retention.scope)
+            .unwrap();
+        assert_eq!(
+            finding.pattern,
+            Pattern::AllocatorFragmentation,
+            "{finding:#?}"
+        );
+        assert!(
+            finding.summary.contains("live objects hold 10.0 MiB"),
+            "{}",
+            finding.summary
+        );
+        assert!(
+            finding.summary.contains("glibc per-thread arenas"),
+            "{}",
+            finding.summary
+        );
+        assert!(
+            finding.next_step.contains("MALLOC_ARENA_MAX"),
+            "{}",
+            finding.next_step
+        );
+        assert_eq!(finding.paths, retention.paths);
+    }
+
+    #[test]
+    fn pymalloc_free_pools_name_the_survivors() {
+        let (report, retention) = retention();
+        let findings = with(
+            &report,
+            retention.scope,
+            census(8 * MIB, 0, 200 * MIB),
+            220 * MIB,
+        );
+        let finding = findings
+            .iter()
+            .find(|f| f.scope == retention.scope)
+            .unwrap();
+        assert!(finding
+            .summary
+            .contains("pymalloc arenas pinned by survivors"));
+        assert!(!finding.next_step.contains("bound that cache"));
+    }
+
+    #[test]
+    fn memory_live_objects_hold_stays_retention_with_the_census_said() {
+        let (report, retention) = retention();
+        let findings = with(
+            &report,
+            retention.scope,
+            census(200 * MIB, 40 * MIB, 0),
+            250 * MIB,
+        );
+        let finding = findings
+            .iter()
+            .find(|f| f.scope == retention.scope)
+            .unwrap();
+        assert_eq!(finding.pattern, Pattern::Retention);
+        assert_eq!(finding.next_step, retention.next_step);
+        let line = finding.evidence.last().unwrap();
+        assert!(
+            line.contains("live objects hold 200.0 MiB of 250.0 MiB"),
+            "{line}"
+        );
+    }
+}
