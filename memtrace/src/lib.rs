@@ -26,6 +26,7 @@ pub mod allocations;
 pub mod app;
 pub mod bpf;
 pub mod capture;
+pub mod census;
 pub mod cli;
 pub mod diagnose;
 pub mod diff;

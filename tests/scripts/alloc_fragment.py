@@ -9,9 +9,11 @@ The process then holds for ``--hold`` seconds and exits.
 Output (JSON lines, see ``workload_common.py``):
 
 * ``{"event": "thinned", "pid": ..., "function": "build_and_thin", "built_bytes": ...,
-  "kept_bytes": ..., "rss_anon_bytes": ..., "vm_rss_bytes": ...}``: ``sys.getsizeof`` sums
-  of all objects built and of the survivors (with their list), and ``RssAnon``/``VmRSS`` of
-  ``/proc/self/status`` after thinning.
+  "kept_bytes": ..., "rss_anon_bytes": ..., "vm_rss_bytes": ..., "pymalloc_live_bytes": ...,
+  "glibc_in_use_bytes": ..., "glibc_free_bytes": ..., "glibc_mmapped_bytes": ...}``:
+  ``sys.getsizeof`` sums of all objects built and of the survivors (with their list),
+  ``RssAnon``/``VmRSS`` of ``/proc/self/status`` after thinning, and the allocators' own
+  totals (``census_truth.py``).
 
 Run::
 
@@ -24,6 +26,7 @@ import argparse
 import sys
 import time
 
+from census_truth import glibc_totals, pymalloc_live_bytes
 from workload_common import MIB, emit, proc_status, wait_for_start
 
 #: Payload of each object: 384 + the 33-byte bytes header = 417 bytes.
@@ -61,7 +64,8 @@ def main() -> None:
     kept_bytes = sum(sys.getsizeof(obj) for obj in _KEPT) + sys.getsizeof(_KEPT)
     status = proc_status()
     emit("thinned", function="build_and_thin", built_bytes=built, kept_bytes=kept_bytes,
-         rss_anon_bytes=status["RssAnon"], vm_rss_bytes=status["VmRSS"])
+         rss_anon_bytes=status["RssAnon"], vm_rss_bytes=status["VmRSS"],
+         pymalloc_live_bytes=pymalloc_live_bytes(), **glibc_totals())
     time.sleep(args.hold)
 
 

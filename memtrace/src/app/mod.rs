@@ -7,6 +7,7 @@
 //! capture into the same output; `diff` is `crate::diff`.
 
 mod allocations;
+mod census;
 mod native;
 mod output;
 mod probing;

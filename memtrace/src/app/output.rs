@@ -65,7 +65,8 @@ impl Session {
                 anyhow::Error::from(err)
             );
         }
-        let diagnosed = diagnose::diagnose_with_allocations(report, allocations);
+        let census = self.census.finish();
+        let diagnosed = diagnose::diagnose_with_census(report, allocations, census);
         let options = render_options(&common.render);
         let written = write_report_files(&diagnosed, options.weight, &common.output_dir);
         if let Some(written) = &written {

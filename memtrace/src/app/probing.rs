@@ -48,6 +48,9 @@ impl Session {
                 self.watch_finalization(&process.binary);
                 self.hook_allocator(tgid, Some(process.binary.clone()));
                 self.resolver.register(tgid, &process);
+                if let Some(id) = self.tree.id_of(tgid) {
+                    self.census.python(tgid, id, &process);
+                }
                 self.tree.set_py_info(tgid, process.info);
                 let version = process.version.to_string();
                 self.set_python_status(tgid, PythonStatus::Python { version });

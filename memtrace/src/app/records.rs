@@ -146,6 +146,7 @@ impl Session {
         self.recorder
             .exit_began(id, begin.header.ts_ns, by, &begin.counters);
         self.tree.exit_began(tgid);
+        self.census.end(tgid);
         if let Some(tracker) = &mut self.allocations {
             let anon = memtrace_common::MM_ANONPAGES;
             if begin.counters.rss_known & (1 << anon) != 0 {

@@ -117,6 +117,9 @@ pub(super) struct Session {
     /// `--allocations --capture`: the allocations report last written to
     /// the capture, and when.
     pub(super) alloc_captured: Option<(AllocationsReport, std::time::Instant)>,
+    /// The allocators' census of each CPython process, taken on its own
+    /// thread.
+    pub(super) census: super::census::CensusWorker,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
@@ -175,6 +178,7 @@ impl Session {
                 .then(|| AllocationTracker::new(common.sample_bytes)),
             alloc_python_binary: std::collections::HashMap::new(),
             alloc_captured: None,
+            census: super::census::CensusWorker::start(),
         };
         if common.allocations {
             eprintln!("memtrace: {ALLOCATOR_MODE_COST}");
@@ -435,6 +439,7 @@ impl Session {
         self.native_stacks.retain(|_, s| s.header.tgid != tgid);
         self.mappings.forget(tgid);
         self.sharing.forget(tgid);
+        self.census.end(tgid);
     }
 }
 

@@ -111,6 +111,10 @@ pub struct Diagnosed {
     /// `--allocations`: the allocator hooks' report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocations: Option<crate::allocations::AllocationsReport>,
+    /// The allocators' census of each CPython image (default mode), when
+    /// one was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub census: Option<crate::census::CensusReport>,
 }
 
 impl std::ops::Deref for Diagnosed {

@@ -40,6 +40,7 @@
 //!   (`fragmentation`) instead of a retention finding.
 
 mod causes;
+mod census;
 mod cow;
 mod draft;
 mod files;
@@ -207,16 +208,30 @@ pub fn diagnose_with_allocations(
     report: Report,
     allocations: Option<crate::allocations::AllocationsReport>,
 ) -> Diagnosed {
+    diagnose_with_census(report, allocations, crate::census::CensusReport::default())
+}
+
+/// [`diagnose_with_allocations`], with the allocators' census of the
+/// default mode: a retention whose memory the allocator holds becomes an
+/// allocator finding (`census`); the census is kept in the result when it
+/// read any image.
+pub fn diagnose_with_census(
+    report: Report,
+    allocations: Option<crate::allocations::AllocationsReport>,
+    census: crate::census::CensusReport,
+) -> Diagnosed {
     let mut diagnosis = findings(&report);
     if let Some(allocations) = &allocations {
         fragmentation::add_findings(&report, allocations, &mut diagnosis);
     }
+    census::apply(&report, &census, &mut diagnosis);
     let causes = causes::causes(&report, &diagnosis);
     Diagnosed {
         report,
         diagnosis,
         causes,
         allocations,
+        census: (!census.images.is_empty()).then_some(census),
     }
 }
 
