@@ -104,7 +104,7 @@ pub fn debian_python_through_loader(minor: &str) -> Option<Vec<String>> {
     let tree = debian_tree(minor);
     let lib = tree.join("usr/lib/x86_64-linux-gnu");
     let unpatched = tree.join(format!("usr/bin/python{minor}.unpatched"));
-    interpreter(&[unpatched.clone()])?;
+    interpreter(std::slice::from_ref(&unpatched))?;
     Some(vec![
         lib.join("ld-linux-x86-64.so.2").display().to_string(),
         "--library-path".to_owned(),

@@ -9,6 +9,8 @@ use std::{fs::File, ops::Range, path::Path};
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SegmentFlags};
 use procfs::process::{MMapPath, MemoryMap};
 
+use crate::python::load_bias;
+
 /// `PF_W` of an ELF program header.
 const PF_W: u32 = 2;
 
@@ -110,22 +112,5 @@ fn code_at<'data, R: object::ReadRef<'data>>(
     elf.segments().find_map(|s| {
         let data = s.data_range(addr, FUNCTION_BYTES as u64).ok()??;
         Some(data.to_vec())
-    })
-}
-
-/// `bias = start - (p_vaddr & !0xfff)` for the mapping whose file offset is
-/// `p_offset & !0xfff` (python-stacks.md §7).
-fn load_bias<'data, R: object::ReadRef<'data>>(
-    elf: &object::File<'data, R>,
-    maps: &[MemoryMap],
-    path: &Path,
-) -> Option<u64> {
-    const PAGE_MASK: u64 = !0xfff;
-    elf.segments().find_map(|segment| {
-        let (file_offset, _) = segment.file_range();
-        maps.iter()
-            .filter(|map| matches!(&map.pathname, MMapPath::Path(p) if p == path))
-            .find(|map| map.offset == file_offset & PAGE_MASK)
-            .map(|map| map.address.0.wrapping_sub(segment.address() & PAGE_MASK))
     })
 }

@@ -178,12 +178,12 @@ fn census_line(reading: &Reading) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::test_support::{prefork_report, server_report, MIB};
+    use crate::aggregate::test_support::MIB;
     use crate::census::glibc::{ArenaCensus, GlibcCensus};
     use crate::census::pymalloc::PymallocCensus;
     use crate::census::{Census, ImageCensus};
-    use crate::diagnose::{diagnose, diagnose_with_census};
-    use crate::report::fixtures::lifecycle_report;
+    use crate::diagnose::diagnose_with_census;
+    use crate::diagnose::tests::report_with_retention;
 
     /// A census of `live` bytes in use, `thread_free` free in one thread
     /// arena and `pymalloc_free` free in pymalloc's pools.
@@ -210,25 +210,6 @@ mod tests {
         }
     }
 
-    /// A report with a retention finding, and that finding.
-    fn retention() -> (Report, Finding) {
-        let report = [lifecycle_report(), server_report(), prefork_report()]
-            .into_iter()
-            .find(|r| {
-                diagnose(r.clone())
-                    .diagnosis
-                    .iter()
-                    .any(|f| f.pattern == Pattern::Retention)
-            })
-            .expect("a fixture with a retention finding");
-        let finding = diagnose(report.clone())
-            .diagnosis
-            .into_iter()
-            .find(|f| f.pattern == Pattern::Retention)
-            .unwrap();
-        (report, finding)
-    }
-
     fn with(report: &Report, scope: Scope, census: Census, rss_anon: u64) -> Vec<Finding> {
         let Scope::Process { process, tgid } = scope else {
             panic!("retention about the tree");
@@ -243,7 +224,7 @@ mod tests {
 
     #[test]
     fn memory_held_by_thread_arenas_is_the_allocators_not_a_cache() {
-        let (report, retention) = retention();
+        let (report, retention) = report_with_retention();
         let findings = with(
             &report,
             retention.scope,
@@ -279,7 +260,7 @@ mod tests {
 
     #[test]
     fn pymalloc_free_pools_name_the_survivors() {
-        let (report, retention) = retention();
+        let (report, retention) = report_with_retention();
         let findings = with(
             &report,
             retention.scope,
@@ -298,7 +279,7 @@ mod tests {
 
     #[test]
     fn memory_live_objects_hold_stays_retention_with_the_census_said() {
-        let (report, retention) = retention();
+        let (report, retention) = report_with_retention();
         let findings = with(
             &report,
             retention.scope,

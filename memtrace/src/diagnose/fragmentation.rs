@@ -103,10 +103,10 @@ fn finding(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::test_support::{prefork_report, server_report, MIB};
+    use crate::aggregate::test_support::MIB;
     use crate::allocations::{FragmentationKind, HookStatus, KernelAllocStats};
+    use crate::diagnose::tests::report_with_retention;
     use crate::diagnose::{diagnose, diagnose_with_allocations};
-    use crate::report::fixtures::lifecycle_report;
 
     /// Allocator mode's report of process (`tgid`, `start_time_ns`), with a
     /// pymalloc fragmentation note when `fragmented`.
@@ -144,15 +144,7 @@ mod tests {
 
     #[test]
     fn a_fragmented_process_gets_its_finding_in_place_of_retention() {
-        let report = [lifecycle_report(), server_report(), prefork_report()]
-            .into_iter()
-            .find(|r| {
-                diagnose(r.clone())
-                    .diagnosis
-                    .iter()
-                    .any(|f| f.pattern == Pattern::Retention)
-            })
-            .expect("a fixture with a retention finding");
+        let (report, _) = report_with_retention();
         let plain = diagnose(report.clone());
         let retention = plain
             .diagnosis

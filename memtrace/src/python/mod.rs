@@ -29,5 +29,6 @@ pub use code::{FrameResolver, PyLocation, ResolveError};
 pub use linetable::LineTableError;
 pub use mem::MemError;
 pub use offsets::VersionLayout;
+pub(crate) use probe::load_bias;
 pub use probe::{probe, Probe, PythonProcess};
 pub use types::{ProbeError, PythonVersion};

@@ -196,8 +196,9 @@ fn open_mapped(tgid: u32, maps: &[MemoryMap], path: &Path) -> Result<Option<File
 }
 
 /// `bias = start - (p_vaddr & !0xfff)` for the mapping whose file offset is
-/// `p_offset & !0xfff` (python-stacks.md §7).
-fn load_bias<'data, R: object::ReadRef<'data>>(
+/// `p_offset & !0xfff` (python-stacks.md §7); `None` when no mapping of
+/// `path` matches a segment. The census reads its binaries with it too.
+pub(crate) fn load_bias<'data, R: object::ReadRef<'data>>(
     elf: &object::File<'data, R>,
     maps: &[MemoryMap],
     path: &Path,

@@ -127,6 +127,10 @@ fn last_of(
     Ok(last)
 }
 
+/// A thread's slot offsets from its thread pointer (its own slot, then the
+/// alternative: see [`own_slot`]) and that thread's `PyThreadState` address.
+type SlotFound = ((i32, i32), u64);
+
 /// The offsets from its thread pointer of a thread's own slot and
 /// alternative (see [`own_slot`]; searching the threads from `first`), and
 /// that thread's state; `None` when no thread shows them (probe again
@@ -135,7 +139,7 @@ fn slot_offset(
     memory: &ProcessMemory,
     first: u64,
     layout: &DebugLayout,
-) -> Result<Option<((i32, i32), u64)>, ProbeError> {
+) -> Result<Option<SlotFound>, ProbeError> {
     let tgid = memory.tgid();
     let read = |addr: u64| {
         memory

@@ -19,6 +19,30 @@ use crate::units::format_bytes;
 
 use super::*;
 
+/// A report fixture whose diagnosis has a retention finding, and that
+/// finding: the case the allocator findings (census, fragmentation) replace.
+pub(super) fn report_with_retention() -> (Report, Finding) {
+    let report = [
+        crate::report::fixtures::lifecycle_report(),
+        crate::aggregate::test_support::server_report(),
+        crate::aggregate::test_support::prefork_report(),
+    ]
+    .into_iter()
+    .find(|r| {
+        diagnose(r.clone())
+            .diagnosis
+            .iter()
+            .any(|f| f.pattern == Pattern::Retention)
+    })
+    .expect("a fixture with a retention finding");
+    let finding = diagnose(report.clone())
+        .diagnosis
+        .into_iter()
+        .find(|f| f.pattern == Pattern::Retention)
+        .unwrap();
+    (report, finding)
+}
+
 /// One second, in nanoseconds.
 const S: u64 = 1_000_000_000;
 
