@@ -57,6 +57,8 @@ impl Session {
             command_held: self.command_held,
             command_status,
         };
+        let census = self.census.finish();
+        self.recorder.census(&census);
         let stop = self.stop_reason;
         let (report, capture_error) = self.recorder.finish(end_ns, meta);
         if let Some(err) = capture_error {
@@ -65,7 +67,6 @@ impl Session {
                 anyhow::Error::from(err)
             );
         }
-        let census = self.census.finish();
         let diagnosed = diagnose::diagnose_with_census(report, allocations, census);
         let options = render_options(&common.render);
         let written = write_report_files(&diagnosed, options.weight, &common.output_dir);
@@ -130,9 +131,10 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
     for warning in &capture.warnings {
         eprintln!("memtrace: warning: {warning}");
     }
-    let diagnosed = diagnose::diagnose_with_allocations(
+    let diagnosed = diagnose::diagnose_with_census(
         capture::replay(&capture),
         capture.allocations().cloned(),
+        capture.census(),
     );
     let options = render_options(&args.render);
     if args.allocations {

@@ -15,6 +15,7 @@
 //! {"peaks":[[process,stack_id,held_at_peak_bytes],..]}
 //! {"held":{"process":0,"state":{"coarsening_level":..,"unplaced_bytes":..}}}
 //! {"allocations":{"sample_interval_bytes":..,"temporary_ns":..,"kernel":{..},"processes":[..]}}
+//! {"census":{"images":[{"process":0,"last":{..},"at_peak":{..}},..]}}
 //! {"end":{"command":"..","duration_ns":..,..}}
 //! ```
 //!
@@ -34,6 +35,7 @@ use crate::aggregate::{
     SampledBytes, Sharing, StackId,
 };
 use crate::allocations::AllocationsReport;
+use crate::census::CensusReport;
 
 /// Version of the capture format this build writes and reads (the value of
 /// [`Header::memtrace_capture`]). Version 2: processes are (tgid, start
@@ -86,6 +88,9 @@ pub enum Line {
     /// `--allocations`: allocator mode's report so far (latest line wins;
     /// written at a flush when it changed, and at the end).
     Allocations(Box<AllocationsReport>),
+    /// The allocators' census of each CPython image (`census`), written
+    /// once, at the end, before the `end` line (latest line wins).
+    Census(Box<CensusReport>),
     /// The run ended normally; absent when the capture was cut off.
     End(RunMeta),
 }
@@ -105,6 +110,7 @@ impl Line {
             | Self::Peaks(_)
             | Self::Held(_)
             | Self::Allocations(_)
+            | Self::Census(_)
             | Self::End(_) => None,
         }
     }

@@ -42,6 +42,19 @@ impl Capture {
         })
     }
 
+    /// The allocators' census, from the last `census` line read; empty when
+    /// the run took none (or the capture was cut before its end).
+    pub fn census(&self) -> crate::census::CensusReport {
+        self.lines
+            .iter()
+            .rev()
+            .find_map(|line| match line {
+                Line::Census(report) => Some((**report).clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
     /// The `end` line's run facts; `None` when the capture was cut off.
     pub fn end(&self) -> Option<&RunMeta> {
         self.lines.iter().rev().find_map(|line| match line {

@@ -382,6 +382,13 @@ impl<W: Write> Recorder<W> {
         }
     }
 
+    /// Writes the allocators' census of the run to the capture.
+    pub fn census(&mut self, report: &crate::census::CensusReport) {
+        if let Some(writer) = &mut self.writer {
+            writer.census(report);
+        }
+    }
+
     /// Live entries and estimated heap bytes of the held-page map now.
     pub fn held_map_size(&self) -> (u64, u64) {
         let stats = self.held.stats();

@@ -29,6 +29,7 @@ use crate::aggregate::{
     SampledBytes, Sharing, StackId, INITIAL_PATH_BUCKET_NS,
 };
 use crate::allocations::AllocationsReport;
+use crate::census::CensusReport;
 
 /// Sampled bytes not yet written: all from one second of the run.
 #[derive(Debug, Default)]
@@ -231,6 +232,11 @@ impl<W: Write> CaptureWriter<W> {
     /// `--allocations`: allocator mode's report so far.
     pub fn allocations(&mut self, report: &AllocationsReport) {
         self.write_line(&Line::Allocations(Box::new(report.clone())));
+    }
+
+    /// The allocators' census of the run's CPython images.
+    pub fn census(&mut self, report: &CensusReport) {
+        self.write_line(&Line::Census(Box::new(report.clone())));
     }
 
     /// Writes the pending sampled bytes (their new stacks read from

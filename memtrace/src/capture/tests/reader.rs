@@ -240,3 +240,24 @@ fn the_latest_whole_allocations_line_survives_a_cut_capture() {
     write_synthetic(&path);
     assert_eq!(read(&path).unwrap().allocations(), None);
 }
+
+#[test]
+fn the_census_line_reads_back_and_a_capture_without_one_has_none() {
+    use crate::census::{CensusReport, ImageCensus};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.capture");
+    let file = std::fs::File::create(&path).unwrap();
+    let mut feed = recorder(&path, io::BufWriter::new(file));
+    let end_ns = synthetic_run(&mut feed);
+    let mut image = ImageCensus::new(ProcessId(0), 101);
+    image.taken = 3;
+    image.read_bytes = 4 * MIB;
+    let census = CensusReport {
+        images: vec![image],
+    };
+    feed.census(&census);
+    finish(feed, end_ns);
+    assert_eq!(read(&path).unwrap().census(), census);
+    write_synthetic(&path);
+    assert_eq!(read(&path).unwrap().census(), CensusReport::default());
+}
