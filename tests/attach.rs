@@ -114,7 +114,8 @@ fn a_process_whose_main_thread_exited_is_traced_through_its_other_threads() {
     wait_for("the main thread to exit", || {
         task_state(pid, pid) == Some('Z')
     });
-    let toucher = touch_later(trigger, Duration::from_secs(4));
+    // After the attach (1-3.6 s quiet, several times that under load).
+    let toucher = touch_later(trigger, Duration::from_secs(10));
     let before = SystemTime::now();
     let trace = trace(&["record", "--pid", &pid.to_string(), "--duration", "60s"]);
     toucher.join().unwrap();

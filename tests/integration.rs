@@ -338,8 +338,10 @@ fn attaches_to_a_running_process() {
     std::thread::sleep(Duration::from_millis(500));
     let pid = target.id().to_string();
     let trigger_later = trigger.clone();
+    // Attaching takes 1-3.6 s on a quiet 2-core machine and several times
+    // that under a parallel build: the growth must come after it.
     let toucher = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(Duration::from_secs(10));
         std::fs::write(trigger_later, b"go").unwrap();
     });
     let trace = trace(&["record", "--pid", &pid, "--duration", "60s"]);
