@@ -16,13 +16,6 @@ use serde::{Deserialize, Serialize};
 #[serde(transparent)]
 pub struct ProcessId(pub u32);
 
-impl ProcessId {
-    /// The id as a vector index.
-    pub(crate) fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
 impl fmt::Display for ProcessId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "p{}", self.0)
