@@ -133,7 +133,7 @@ const PYTHON_VALUE_OPTIONS: [&str; 3] = ["-W", "-X", "--check-hash-based-pycs"];
 /// stem of its first word (a console script such as `gunicorn`).
 fn script_name(argv: &[String]) -> Option<String> {
     let program = file_stem(argv.first()?)?;
-    if !is_python(&program) {
+    if !is_python_program(&program) {
         return Some(program);
     }
     let mut args = argv.iter().skip(1);
@@ -153,7 +153,7 @@ fn script_name(argv: &[String]) -> Option<String> {
 
 /// Whether a program's name is a CPython interpreter's (`python`,
 /// `python3`, `python3.11`, `python3.13d`).
-fn is_python(program: &str) -> bool {
+pub fn is_python_program(program: &str) -> bool {
     program.strip_prefix("python").is_some_and(|version| {
         version
             .chars()

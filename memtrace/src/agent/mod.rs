@@ -3,4 +3,6 @@
 //! (`labels`), and each `--interval`'s [`crate::sinks::Window`] built from
 //! the aggregator's report so far (`windows`). `crate::app` runs the loop.
 
+pub mod discovery;
 pub mod labels;
+pub mod windows;

@@ -565,6 +565,7 @@ impl Aggregator {
             match p.role {
                 Role::Root => totals.roots += 1,
                 Role::Worker => totals.workers += 1,
+                Role::Child => {}
             }
             if let Some(c) = &p.counters {
                 totals.anon_growth_bytes =

@@ -4,8 +4,10 @@
 //! step's calls (`records`), sample the kernel's per-process counters,
 //! probe new processes for CPython (`probing`), show progress; on stop,
 //! diagnose and write and print the report (`output`). `report` replays a
-//! capture into the same output; `diff` is `crate::diff`.
+//! capture into the same output; `diff` is `crate::diff`; `agent` runs
+//! `memtrace agent`'s long session.
 
+mod agent;
 mod allocations;
 mod census;
 mod native;
@@ -40,6 +42,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Command::Run(args) => run_command(&args.command, args.python_malloc, args.common).await,
             Command::Report(args) => output::report_command(&args),
             Command::Diff(args) => crate::diff::run(&args),
+            Command::Agent(args) => agent::run(args).await,
         }
     })
 }

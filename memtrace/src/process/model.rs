@@ -30,6 +30,10 @@ pub enum Role {
     Root,
     /// A forked descendant of a traced process.
     Worker,
+    /// A descendant that was already running when tracing began and had
+    /// exec'd a program of its own since its fork (a load generator, a
+    /// subprocess): never a worker.
+    Child,
 }
 
 impl fmt::Display for Role {
@@ -37,6 +41,7 @@ impl fmt::Display for Role {
         f.write_str(match self {
             Self::Root => "root",
             Self::Worker => "worker",
+            Self::Child => "child",
         })
     }
 }

@@ -3,6 +3,7 @@
 //! aggregator's state, the same state the reporters read) and hands it to
 //! each sink, which turns it into what one backend expects.
 
+pub mod prometheus;
 pub mod window;
 
 pub use window::{Health, PathWindow, ProcessLabels, ProcessWindow, Sink, Window};
