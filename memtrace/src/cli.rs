@@ -5,6 +5,9 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
+/// Where `record`/`run` write their files unless `--output-dir` is given.
+pub const DEFAULT_OUTPUT_DIR: &str = "memtrace-captures";
+
 /// memtrace: find out why a Python service's memory grows, from outside the
 /// process, with eBPF.
 #[derive(Debug, Parser)]
@@ -72,12 +75,14 @@ pub struct ReportArgs {
     /// The capture file.
     #[arg(value_name = "FILE")]
     pub capture: PathBuf,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
-    pub format: FormatArg,
-    /// Write to this file (or, with --per-process, this folder) instead of
-    /// standard output.
-    #[arg(short, long, value_name = "OUT")]
+    /// Output format; without it, the extension of -o decides (`.svg`,
+    /// `.html`, `.speedscope.json`, `.json`, `.pb.gz`, `.folded`, `.txt`),
+    /// else the table.
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// The report file (or, with --per-process, this folder) instead of
+    /// standard output; its format from --format or its extension.
+    #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Replace output files that already exist (a symbolic link is never
     /// followed, not even with --force).
@@ -150,11 +155,13 @@ pub struct DiffArgs {
     /// capture's length.
     #[arg(long, value_parser = humantime::parse_duration, requires = "from")]
     pub to: Option<Duration>,
-    /// `table` or `flamegraph` (a differential flame graph).
-    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
-    pub format: FormatArg,
-    /// Write to this file instead of standard output.
-    #[arg(short, long, value_name = "OUT")]
+    /// `table` or `flamegraph` (a differential flame graph); without it,
+    /// the extension of -o decides (`.svg`), else the table.
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// The report file instead of standard output; its format from
+    /// --format or its extension.
+    #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Replace output files that already exist (a symbolic link is never
     /// followed, not even with --force).
@@ -215,8 +222,10 @@ pub struct CommonArgs {
     /// not their existing descendants).
     #[arg(long)]
     pub no_follow_forks: bool,
-    /// Folder for the report files (folded stacks and JSON).
-    #[arg(long, value_name = "DIR", default_value = ".")]
+    /// Folder of each run's capture, folded stacks and JSON
+    /// (`memtrace-<UTC time>.*`) and of the --format files without -o; in
+    /// the default folder only the newest 20 runs are kept.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_OUTPUT_DIR)]
     pub output_dir: PathBuf,
     /// Mean bytes between sampled events: an event of N bytes gets a Python
     /// stack with probability min(1, N / this), weighted so totals stay
@@ -225,12 +234,20 @@ pub struct CommonArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
           value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     pub sample_bytes: u64,
-    /// Also write a capture file here: aggregated data, flushed every
-    /// second, that `memtrace report` renders later.
-    #[arg(short = 'o', long = "capture", value_name = "FILE")]
+    /// Write the capture here instead of `--output-dir`'s
+    /// `memtrace-<UTC time>.capture`: aggregated data, flushed every
+    /// second, that `memtrace report` renders again later (every recording
+    /// writes one).
+    #[arg(long = "capture", value_name = "FILE")]
     pub capture: Option<PathBuf>,
-    /// Extra report files to write to --output-dir at the end (repeat for
-    /// several); the table, folded stacks and JSON are always written.
+    /// The report file written at the end, in the format of --format or of
+    /// its extension (`.svg`, `.html`, `.speedscope.json`, `.json`,
+    /// `.pb.gz`, `.folded`, `.txt`), as py-spy and memray do.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Report files to write at the end: with -o, the format of that file
+    /// (once); without, extra files in --output-dir (repeat for several).
+    /// The capture, folded stacks and JSON are always written.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Vec<FormatArg>,
     /// Replace output files that already exist (a symbolic link is never
