@@ -91,6 +91,9 @@ pub struct ReportArgs {
     /// Options shared with the formats of `record`/`run`.
     #[command(flatten)]
     pub render: RenderArgs,
+    /// The CI gate, on the capture's report.
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Draw the allocation paths of a capture recorded with --allocations
     /// instead of the memory growth (--format folded, flamegraph,
     /// speedscope or pprof; the table and JSON always carry them).
@@ -124,6 +127,69 @@ pub struct RenderArgs {
     /// verdict: one entry per cause; the JSON and HTML always hold both).
     #[arg(long, short = 'v')]
     pub verbose: bool,
+}
+
+/// The CI gate of `record`, `run` and `report`: when a condition holds at
+/// the end, memtrace prints the report, then one line saying why, and exits
+/// with status 86.
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    /// Exit with status 86 when a traced process's peak RSS is above SIZE
+    /// (e.g. `160MiB`, `1.5G`, `500MB`).
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_bytes)]
+    pub fail_above: Option<u64>,
+    /// Exit with status 86 when the verdict has a strong cause of this
+    /// pattern (`any`: of any pattern but no-growth); repeat for several.
+    #[arg(long, value_enum, value_name = "CAUSE")]
+    pub fail_on_cause: Vec<CauseArg>,
+}
+
+/// `--fail-on-cause` values: the verdict's patterns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CauseArg {
+    /// Any strong cause but no-growth.
+    Any,
+    /// One process grows while its siblings stay flat.
+    OneProcessGrows,
+    /// Every worker holds a large, stable footprint.
+    EveryWorkerLarge,
+    /// Total memory steps up with each fork.
+    WorkerMultiplication,
+    /// A sharp rise tied to one code path, released afterwards.
+    Spike,
+    /// Memory that stays up after activity drops, or rises while idle.
+    Retention,
+    /// Growth in file-backed pages (page cache of mapped files).
+    FileBackedGrowth,
+    /// Pages shared copy-on-write with the master un-shared by writes.
+    CowUnsharing,
+    /// Growth that fits no other pattern.
+    UnmatchedGrowth,
+    /// Memory the allocator keeps after the program freed it.
+    AllocatorFragmentation,
+}
+
+impl GateArgs {
+    /// The gate these arguments set.
+    pub fn gate(&self) -> crate::diagnose::gate::Gate {
+        use crate::diagnose::Pattern;
+        let pattern = |arg: &CauseArg| match arg {
+            CauseArg::Any => None,
+            CauseArg::OneProcessGrows => Some(Pattern::OneProcessGrows),
+            CauseArg::EveryWorkerLarge => Some(Pattern::EveryWorkerLarge),
+            CauseArg::WorkerMultiplication => Some(Pattern::WorkerMultiplication),
+            CauseArg::Spike => Some(Pattern::Spike),
+            CauseArg::Retention => Some(Pattern::Retention),
+            CauseArg::FileBackedGrowth => Some(Pattern::FileBackedGrowth),
+            CauseArg::CowUnsharing => Some(Pattern::CowUnsharing),
+            CauseArg::UnmatchedGrowth => Some(Pattern::UnmatchedGrowth),
+            CauseArg::AllocatorFragmentation => Some(Pattern::AllocatorFragmentation),
+        };
+        crate::diagnose::gate::Gate {
+            fail_above_bytes: self.fail_above,
+            fail_on_causes: self.fail_on_cause.iter().map(pattern).collect(),
+        }
+    }
 }
 
 /// `--weight` values.
@@ -257,6 +323,9 @@ pub struct CommonArgs {
     /// How reports are drawn.
     #[command(flatten)]
     pub render: RenderArgs,
+    /// The CI gate.
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// No live view while recording.
     #[arg(long, short)]
     pub quiet: bool,

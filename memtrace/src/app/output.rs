@@ -16,8 +16,8 @@ use super::session::{monotonic_ns, Session};
 use crate::{
     aggregate::{ExitStatus, RunMeta, Weight},
     capture,
-    cli::{CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
-    diagnose::{self, Diagnosed},
+    cli::{CommonArgs, FormatArg, GateArgs, RenderArgs, ReportArgs, WeightArg},
+    diagnose::{self, gate::GATE_EXIT_STATUS, Diagnosed},
     events::RecordReader,
     output_file,
     report::{self, Format, RenderOptions},
@@ -88,8 +88,20 @@ impl Session {
             )
             .context("cannot print the report")?;
         }
+        if let Some(code) = gate(&common.gate, &diagnosed) {
+            return Ok(code);
+        }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
     }
+}
+
+/// The CI gate of `args` on `diagnosed`: when it trips, the one line saying
+/// why (standard error, after the report) and [`GATE_EXIT_STATUS`], which
+/// wins over `run`'s command status.
+fn gate(args: &GateArgs, diagnosed: &Diagnosed) -> Option<ExitCode> {
+    let reason = args.gate().check(diagnosed)?;
+    eprintln!("memtrace: gate: {reason}: exit status {GATE_EXIT_STATUS}");
+    Some(ExitCode::from(GATE_EXIT_STATUS))
 }
 
 /// The drawing options of `args`.
@@ -147,7 +159,7 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
             render_with_allocations(&diagnosed, format, &options, out)
         })?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(gate(&args.gate, &diagnosed).unwrap_or(ExitCode::SUCCESS))
 }
 
 /// The format of `memtrace report`: `--format`, else (without
