@@ -56,7 +56,7 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
     let command = format!("memtrace record --pid {}", join(&pids));
     let (mut session, mut reader) = Session::start(&common, &command)?;
     for &pid in &pids {
-        let root = session.add_running(pid, None, Role::Root)?;
+        let root = session.add_running(pid, None, root_role(pid))?;
         if !common.no_follow_forks {
             session.add_descendants(pid, root);
         }
@@ -111,6 +111,18 @@ fn check_target(pid: u32, allow_init: bool, no_follow_forks: bool) -> Result<()>
         );
     }
     Ok(proc::check_traceable(pid)?)
+}
+
+/// The role of `record --pid PID`: a worker of an untraced master
+/// ([`Role::ForkedRoot`]) when its parent forked it without an exec, else a
+/// root.
+fn root_role(pid: u32) -> Role {
+    let forked = proc::user_parent(pid).and_then(|parent| proc::same_image_as_parent(pid, parent));
+    if forked == Some(true) {
+        Role::ForkedRoot
+    } else {
+        Role::Root
+    }
 }
 
 fn join(pids: &[u32]) -> String {

@@ -247,7 +247,11 @@ impl Session {
                 self.tree.id_of(parent)
             };
             // A descendant may exit between the listing and now.
-            let _ = self.add_running(child, parent_id, Role::Worker);
+            let role = match proc::same_image_as_parent(child, parent) {
+                Some(false) => Role::Spawned,
+                _ => Role::Worker,
+            };
+            let _ = self.add_running(child, parent_id, role);
         }
     }
 

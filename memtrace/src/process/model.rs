@@ -37,6 +37,22 @@ pub enum Role {
     Root,
     /// A forked descendant of a traced process.
     Worker,
+    /// A descendant found running at attach that had exec'd another
+    /// program since its fork (a subprocess, a load generator): never a
+    /// worker.
+    Spawned,
+    /// A process memtrace was asked to trace whose (untraced) parent forked
+    /// it without an exec: a worker of a master memtrace does not trace.
+    ForkedRoot,
+}
+
+impl Role {
+    /// Whether memtrace was asked to trace the process (`--pid`, or `run`'s
+    /// command).
+    #[must_use]
+    pub fn is_root(self) -> bool {
+        matches!(self, Self::Root | Self::ForkedRoot)
+    }
 }
 
 impl fmt::Display for Role {
@@ -44,6 +60,8 @@ impl fmt::Display for Role {
         f.write_str(match self {
             Self::Root => "root",
             Self::Worker => "worker",
+            Self::Spawned => "spawned",
+            Self::ForkedRoot => "forked root",
         })
     }
 }

@@ -195,6 +195,30 @@ pub fn command_line(pid: u32) -> String {
     }
 }
 
+/// Whether process `pid` runs the image its parent `parent` forked it with
+/// (no exec since the fork): both have the same address-space layout, which
+/// an exec randomizes anew: the heap start and the address of the argument
+/// strings (`start_brk`, `arg_start` of /proc/PID/stat, readable with
+/// ptrace access). `None` when either cannot be read (or reads as 0).
+pub fn same_image_as_parent(pid: u32, parent: u32) -> Option<bool> {
+    let layout = |pid: u32| -> Option<(u64, u64)> {
+        let stat = Process::new(reader_pid(pid).unwrap_or(pid) as i32)
+            .ok()?
+            .stat()
+            .ok()?;
+        let layout = (stat.start_brk?, stat.arg_start?);
+        (layout.0 != 0 && layout.1 != 0).then_some(layout)
+    };
+    Some(layout(pid)? == layout(parent)?)
+}
+
+/// Process `pid`'s parent, when it is a user process (not PID 0, 1 or 2:
+/// the scheduler, init, kthreadd).
+pub fn user_parent(pid: u32) -> Option<u32> {
+    let stat = Process::new(pid as i32).ok()?.stat().ok()?;
+    u32::try_from(stat.ppid).ok().filter(|&ppid| ppid > 2)
+}
+
 /// RSS per `kmem:rss_stat` member (index `MM_*`), in bytes, from
 /// /proc/PID/status (`RssFile`, `RssAnon`, `VmSwap`, `RssShmem`, given there
 /// in KiB).
