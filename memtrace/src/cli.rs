@@ -33,6 +33,49 @@ pub enum Command {
     /// Which growth paths grew between two captures (BEFORE AFTER), or
     /// between two times of one capture (BEFORE --from T1 --to T2).
     Diff(DiffArgs),
+    /// Run as a node agent: trace every Python process (or those selected)
+    /// for days, closing a window every --interval for the fleet's
+    /// backends (--metrics: Prometheus).
+    Agent(AgentArgs),
+}
+
+/// Arguments of `memtrace agent`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("targets").args(["pids", "matching", "cgroup"])))]
+pub struct AgentArgs {
+    /// Trace this process and what it forks (repeatable); by default every
+    /// Python process on the host is traced.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace every process whose command line (arguments joined with
+    /// spaces) matches this regular expression, and what it forks.
+    #[arg(long = "match", value_name = "REGEX")]
+    pub matching: Option<String>,
+    /// Trace every process in this cgroup (v2) or below it, and what it
+    /// forks (e.g. `/kubepods.slice` or `/sys/fs/cgroup/system.slice`).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+    /// Close a window and send it to the sinks this often.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    pub interval: Duration,
+    /// Stop after this long (after a last window); otherwise on SIGTERM or
+    /// Ctrl-C (after a last window too).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics`: `PORT` (bound to
+    /// 127.0.0.1) or `HOST:PORT` (e.g. `0.0.0.0:9464` for every interface).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Paths per service in memtrace_path_held_bytes (the largest held).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    /// Mean bytes between sampled events (as for `record`).
+    #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
+    pub sample_bytes: u64,
+    /// No line per window on standard error (errors and warnings still are).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// `--format` values: the formats of `crate::report::Format`.

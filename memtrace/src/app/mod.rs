@@ -5,8 +5,10 @@
 //! probe new processes for CPython (`probing`), show progress; on stop,
 //! diagnose and write and print the report (`output`, into the files chosen
 //! before tracing: `files`). `report` replays a
-//! capture into the same output; `diff` is `crate::diff`.
+//! capture into the same output; `diff` is `crate::diff`; `agent` runs
+//! `memtrace agent`'s long session.
 
+mod agent;
 mod allocations;
 mod census;
 mod files;
@@ -42,6 +44,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Command::Run(args) => run_command(&args.command, args.python_malloc, args.common).await,
             Command::Report(args) => output::report_command(&args),
             Command::Diff(args) => crate::diff::run(&args),
+            Command::Agent(args) => agent::run(args).await,
         }
     })
 }
@@ -117,8 +120,9 @@ fn check_target(pid: u32, allow_init: bool, no_follow_forks: bool) -> Result<()>
 /// ([`Role::ForkedRoot`]) when its parent forked it without an exec, else a
 /// root.
 fn root_role(pid: u32) -> Role {
-    let forked = proc::user_parent(pid).and_then(|parent| proc::same_image_as_parent(pid, parent));
-    if forked == Some(true) {
+    // Not the children of the scheduler, init or kthreadd.
+    let parent = proc::parent_pid(pid).filter(|&ppid| ppid > 2);
+    if parent.is_some_and(|parent| proc::forked_without_exec(pid, parent)) {
         Role::ForkedRoot
     } else {
         Role::Root

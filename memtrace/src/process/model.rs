@@ -16,13 +16,6 @@ use serde::{Deserialize, Serialize};
 #[serde(transparent)]
 pub struct ProcessId(pub u32);
 
-impl ProcessId {
-    /// The id as a vector index.
-    pub(crate) fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
 impl fmt::Display for ProcessId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "p{}", self.0)
@@ -37,10 +30,10 @@ pub enum Role {
     Root,
     /// A forked descendant of a traced process.
     Worker,
-    /// A descendant found running at attach that had exec'd another
-    /// program since its fork (a subprocess, a load generator): never a
-    /// worker.
-    Spawned,
+    /// A descendant that was already running when tracing began and had
+    /// exec'd a program of its own since its fork (a load generator, a
+    /// subprocess): never a worker.
+    Child,
     /// A process memtrace was asked to trace whose (untraced) parent forked
     /// it without an exec: a worker of a master memtrace does not trace.
     ForkedRoot,
@@ -60,7 +53,7 @@ impl fmt::Display for Role {
         f.write_str(match self {
             Self::Root => "root",
             Self::Worker => "worker",
-            Self::Spawned => "spawned",
+            Self::Child => "child",
             Self::ForkedRoot => "forked root",
         })
     }

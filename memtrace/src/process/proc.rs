@@ -195,30 +195,6 @@ pub fn command_line(pid: u32) -> String {
     }
 }
 
-/// Whether process `pid` runs the image its parent `parent` forked it with
-/// (no exec since the fork): both have the same address-space layout, which
-/// an exec randomizes anew: the heap start and the address of the argument
-/// strings (`start_brk`, `arg_start` of /proc/PID/stat, readable with
-/// ptrace access). `None` when either cannot be read (or reads as 0).
-pub fn same_image_as_parent(pid: u32, parent: u32) -> Option<bool> {
-    let layout = |pid: u32| -> Option<(u64, u64)> {
-        let stat = Process::new(reader_pid(pid).unwrap_or(pid) as i32)
-            .ok()?
-            .stat()
-            .ok()?;
-        let layout = (stat.start_brk?, stat.arg_start?);
-        (layout.0 != 0 && layout.1 != 0).then_some(layout)
-    };
-    Some(layout(pid)? == layout(parent)?)
-}
-
-/// Process `pid`'s parent, when it is a user process (not PID 0, 1 or 2:
-/// the scheduler, init, kthreadd).
-pub fn user_parent(pid: u32) -> Option<u32> {
-    let stat = Process::new(pid as i32).ok()?.stat().ok()?;
-    u32::try_from(stat.ppid).ok().filter(|&ppid| ppid > 2)
-}
-
 /// RSS per `kmem:rss_stat` member (index `MM_*`), in bytes, from
 /// /proc/PID/status (`RssFile`, `RssAnon`, `VmSwap`, `RssShmem`, given there
 /// in KiB).
@@ -350,6 +326,27 @@ fn controlling_terminal(pid: u32) -> Option<(u32, u32)> {
     let stat = Process::new(pid as i32).ok()?.stat().ok()?;
     let (major, minor) = stat.tty_nr();
     (stat.tty_nr != 0).then_some((major as u32, minor as u32))
+}
+
+/// Whether `pid` exec'd since `parent` forked it: a fork keeps its
+/// parent's auxiliary vector (`mm->saved_auxv`, copied with the mm) until
+/// an execve builds a new one (new `AT_RANDOM` and `AT_EXECFN` addresses,
+/// with ASLR), so the two `/proc/PID/auxv` differ after an exec. `false`
+/// when either cannot be read.
+pub fn exec_since_fork(pid: u32, parent: u32) -> bool {
+    let auxv = |p: u32| std::fs::read(format!("/proc/{p}/auxv")).ok();
+    match (auxv(pid), auxv(parent)) {
+        (Some(child), Some(parent)) => child != parent,
+        _ => false,
+    }
+}
+
+/// Whether `pid` still runs the image `parent` forked it with: both
+/// auxiliary vectors read and equal (see [`exec_since_fork`]); `false` when
+/// either cannot be read.
+pub fn forked_without_exec(pid: u32, parent: u32) -> bool {
+    let auxv = |p: u32| std::fs::read(format!("/proc/{p}/auxv")).ok();
+    matches!((auxv(pid), auxv(parent)), (Some(child), Some(parent)) if child == parent)
 }
 
 /// Parent PID of `pid`, if it can be read.

@@ -143,8 +143,7 @@ fn leaf_kind(p: &Facts<'_>, is_python: bool) -> ProcessKind {
         (Role::Root, true) => ProcessKind::Main,
         // Attached by pid, but a fork of its parent that did not exec.
         (Role::ForkedRoot, true) => ProcessKind::Worker,
-        // Found running, a different program than its parent's.
-        (Role::Spawned, true) => ProcessKind::Child,
+        (Role::Child, true) => ProcessKind::Child,
         // The fork of a subprocess, soon replaced by its exec: not a worker.
         (Role::Worker, true)
             if p.image == 0 && p.exec_after_ns.is_some_and(|ns| ns < PRE_EXEC_NS) =>
