@@ -298,3 +298,137 @@ fn fail_on_cause_trips_on_a_strong_cause_of_its_pattern_only() {
         }
     }
 }
+
+/// The bundled demo service (`examples/prefork_service/run_demo.py`: a
+/// master, `workers` forked workers and the load generator it starts with
+/// an exec) running for `seconds`; killed when dropped.
+struct Demo {
+    child: std::process::Child,
+    /// The master's pid, and its workers' and load generator's as it
+    /// printed them.
+    master: u32,
+    workers: Vec<u32>,
+    loadgen: u32,
+}
+
+impl Demo {
+    fn start(python: &Path, workers: u32, seconds: u32) -> Self {
+        use std::io::{BufRead as _, BufReader};
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let mut child = std::process::Command::new(python)
+            .arg(root.join("examples/prefork_service/run_demo.py"))
+            .args(["--workers", &workers.to_string()])
+            .args(["--seconds", &seconds.to_string(), "--rps", "40"])
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let master = child.id();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (mut found, mut loadgen) = (Vec::new(), None);
+        while found.len() < workers as usize || loadgen.is_none() {
+            let line = lines.next().expect("the demo ended early").unwrap();
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            match (event["event"].as_str(), event["role"].as_str()) {
+                (Some("started"), Some("worker")) => {
+                    found.push(event["pid"].as_u64().unwrap() as u32);
+                }
+                (Some("loadgen_started"), _) => {
+                    loadgen = Some(event["loadgen_pid"].as_u64().unwrap() as u32);
+                }
+                _ => {}
+            }
+        }
+        // The rest of its output is not read: drain it so it never blocks.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self {
+            child,
+            master,
+            workers: found,
+            loadgen: loadgen.unwrap(),
+        }
+    }
+}
+
+impl Drop for Demo {
+    /// Kills the workers and the load generator (orphans otherwise), then
+    /// the master.
+    fn drop(&mut self) {
+        use nix::sys::signal::{kill, Signal};
+        for &pid in self.workers.iter().chain([&self.loadgen]) {
+            let _ = kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `memtrace record --quiet --duration D --output-dir DIR --pid ...` from
+/// the workspace root (so frames are relative to it); its stdout and JSON.
+fn record(pids: &[u32], duration: &str, dir: &Path) -> (String, serde_json::Value) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut command = memtrace();
+    command
+        .current_dir(root)
+        .args(["record", "--quiet", "--duration", duration, "--output-dir"])
+        .arg(dir);
+    for pid in pids {
+        command.args(["--pid", &pid.to_string()]);
+    }
+    let output = command.stdin(Stdio::null()).output().unwrap();
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let json = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("a JSON report");
+    let report = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    (stdout_of(&output), report)
+}
+
+/// The `kind` of the row of `tgid` in a JSON report.
+fn kind_of(report: &serde_json::Value, tgid: u32) -> String {
+    report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["tgid"].as_u64() == Some(u64::from(tgid)))
+        .unwrap_or_else(|| panic!("no row of tgid {tgid}"))["kind"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn roles_come_from_what_a_process_is() {
+    let python = require_ebpf!(python_3_11());
+    let demo = Demo::start(&python, 4, 40);
+    let dir = tempfile::tempdir().unwrap();
+    let (stdout, report) = record(&[demo.master], "8s", dir.path());
+    assert_eq!(kind_of(&report, demo.master), "master");
+    for &worker in &demo.workers {
+        assert_eq!(kind_of(&report, worker), "worker", "{stdout}");
+    }
+    // The load generator: a different program the master started.
+    assert_eq!(kind_of(&report, demo.loadgen), "child", "{stdout}");
+    assert!(stdout.contains("1 master, 4 workers, 1 child"), "{stdout}");
+    // Frames relative to the working folder or the standard library.
+    assert!(
+        !stdout.contains("(/"),
+        "an absolute path in a frame:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("(examples/prefork_service/app.py:"),
+        "{stdout}"
+    );
+
+    // Workers attached by pid, without their master: still workers.
+    let dir = tempfile::tempdir().unwrap();
+    let (stdout, report) = record(&demo.workers[..2], "5s", dir.path());
+    for &worker in &demo.workers[..2] {
+        assert_eq!(kind_of(&report, worker), "worker", "{stdout}");
+    }
+    assert!(!stdout.contains(" mains"), "{stdout}");
+}

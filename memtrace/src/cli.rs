@@ -170,6 +170,11 @@ pub struct RenderArgs {
     /// verdict: one entry per cause; the JSON and HTML always hold both).
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Show frames' files as the interpreter names them (by default, as
+    /// py-spy does: relative to the working folder, site-packages or the
+    /// standard library).
+    #[arg(long)]
+    pub full_paths: bool,
 }
 
 /// The CI gate of `record`, `run` and `report`: when a condition holds at

@@ -159,6 +159,7 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
             top: args.top,
             weight: WeightArg::Peak,
             verbose: false,
+            full_paths: false,
         },
         quiet: true,
         allocations: false,

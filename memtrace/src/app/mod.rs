@@ -59,7 +59,7 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
     let command = format!("memtrace record --pid {}", join(&pids));
     let (mut session, mut reader) = Session::start(&common, &command)?;
     for &pid in &pids {
-        let root = session.add_running(pid, None, Role::Root)?;
+        let root = session.add_running(pid, None, root_role(pid))?;
         if !common.no_follow_forks {
             session.add_descendants(pid, root);
         }
@@ -114,6 +114,19 @@ fn check_target(pid: u32, allow_init: bool, no_follow_forks: bool) -> Result<()>
         );
     }
     Ok(proc::check_traceable(pid)?)
+}
+
+/// The role of `record --pid PID`: a worker of an untraced master
+/// ([`Role::ForkedRoot`]) when its parent forked it without an exec, else a
+/// root.
+fn root_role(pid: u32) -> Role {
+    // Not the children of the scheduler, init or kthreadd.
+    let parent = proc::parent_pid(pid).filter(|&ppid| ppid > 2);
+    if parent.is_some_and(|parent| proc::forked_without_exec(pid, parent)) {
+        Role::ForkedRoot
+    } else {
+        Role::Root
+    }
 }
 
 fn join(pids: &[u32]) -> String {

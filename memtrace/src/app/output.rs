@@ -104,8 +104,10 @@ fn gate(args: &GateArgs, diagnosed: &Diagnosed) -> Option<ExitCode> {
     Some(ExitCode::from(GATE_EXIT_STATUS))
 }
 
-/// The drawing options of `args`.
+/// The drawing options of `args` (and, for every frame drawn from now on,
+/// `--full-paths`).
 pub(super) fn render_options(args: &RenderArgs) -> RenderOptions {
+    crate::aggregate::show_full_paths(args.full_paths);
     RenderOptions {
         inverted: args.inverted,
         top: args.top,

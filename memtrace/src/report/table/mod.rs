@@ -14,8 +14,8 @@ use std::io::{self, Write};
 
 use super::{text, verdict, FilesWritten, RenderOptions};
 use crate::aggregate::{
-    Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, Role,
-    SampledBytes, Weight,
+    Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, SampledBytes,
+    Weight,
 };
 use crate::diagnose::{Diagnosed, Finding};
 use crate::units::{format_bytes, format_signed_bytes};
@@ -226,7 +226,7 @@ fn processes(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 /// summed on one line (the JSON has each).
 fn is_brief_helper(p: &ProcessReport) -> bool {
     p.kind == ProcessKind::Helper
-        && p.role == Role::Worker
+        && !p.role.is_root()
         && p.traced_ns < BRIEF_HELPER_NS
         && p.rss
             .is_none_or(|rss| rss.peak_bytes.saturating_sub(rss.start_bytes) < BRIEF_HELPER_BYTES)
