@@ -36,7 +36,8 @@ use memtrace_common::ProcessCounters;
 pub use buckets::{PathPoint, INITIAL_PATH_BUCKET_NS, MAX_PATH_BUCKETS};
 pub(crate) use counters_serde::CountersDef;
 pub use model::{
-    ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart, PythonStatus, Role, Sharing,
+    show_full_paths, ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart,
+    PythonStatus, Role, Sharing,
 };
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{
@@ -562,10 +563,10 @@ impl Aggregator {
         };
         for p in processes {
             totals.processes += 1;
-            match p.role {
-                Role::Root => totals.roots += 1,
-                Role::Worker => totals.workers += 1,
-                Role::Child => {}
+            if p.role.is_root() {
+                totals.roots += 1;
+            } else if p.role == Role::Worker {
+                totals.workers += 1;
             }
             if let Some(c) = &p.counters {
                 totals.anon_growth_bytes =

@@ -15,7 +15,7 @@ use super::session::{self, monotonic_ns, Session, DRAIN_INTERVAL, FLUSH_INTERVAL
 use crate::agent::discovery::{cgroup_exists, Discovery, Selector};
 use crate::agent::windows::{host_name, own_resident_bytes, WindowBuilder};
 use crate::aggregate::{Role, RunMeta};
-use crate::cli::{AgentArgs, CommonArgs, RenderArgs, WeightArg};
+use crate::cli::{AgentArgs, CommonArgs, GateArgs, RenderArgs, WeightArg};
 use crate::events::RecordReader;
 use crate::process::proc;
 use crate::sinks::{prometheus::PrometheusSink, Health, Sink};
@@ -150,6 +150,7 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
         output_dir: ".".into(),
         sample_bytes: args.sample_bytes,
         capture: None,
+        output: None,
         format: Vec::new(),
         force: false,
         render: RenderArgs {
@@ -158,10 +159,15 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
             top: args.top,
             weight: WeightArg::Peak,
             verbose: false,
+            full_paths: false,
         },
         quiet: true,
         allocations: false,
         alloc_weight: crate::cli::AllocWeightArg::Leaked,
+        gate: GateArgs {
+            fail_above: None,
+            fail_on_cause: Vec::new(),
+        },
     }
 }
 

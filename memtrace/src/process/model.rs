@@ -34,6 +34,18 @@ pub enum Role {
     /// exec'd a program of its own since its fork (a load generator, a
     /// subprocess): never a worker.
     Child,
+    /// A process memtrace was asked to trace whose (untraced) parent forked
+    /// it without an exec: a worker of a master memtrace does not trace.
+    ForkedRoot,
+}
+
+impl Role {
+    /// Whether memtrace was asked to trace the process (`--pid`, or `run`'s
+    /// command).
+    #[must_use]
+    pub fn is_root(self) -> bool {
+        matches!(self, Self::Root | Self::ForkedRoot)
+    }
 }
 
 impl fmt::Display for Role {
@@ -42,6 +54,7 @@ impl fmt::Display for Role {
             Self::Root => "root",
             Self::Worker => "worker",
             Self::Child => "child",
+            Self::ForkedRoot => "forked root",
         })
     }
 }

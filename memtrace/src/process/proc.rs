@@ -341,6 +341,14 @@ pub fn exec_since_fork(pid: u32, parent: u32) -> bool {
     }
 }
 
+/// Whether `pid` still runs the image `parent` forked it with: both
+/// auxiliary vectors read and equal (see [`exec_since_fork`]); `false` when
+/// either cannot be read.
+pub fn forked_without_exec(pid: u32, parent: u32) -> bool {
+    let auxv = |p: u32| std::fs::read(format!("/proc/{p}/auxv")).ok();
+    matches!((auxv(pid), auxv(parent)), (Some(child), Some(parent)) if child == parent)
+}
+
 /// Parent PID of `pid`, if it can be read.
 pub fn parent_pid(pid: u32) -> Option<u32> {
     let stat = Process::new(pid as i32).ok()?.stat().ok()?;
