@@ -7,6 +7,7 @@ mod apt;
 mod bench;
 mod bench_env;
 mod interpreters;
+mod otelcol;
 mod prometheus;
 mod setup;
 mod test_tools;
@@ -193,6 +194,9 @@ fn test(args: &[String]) -> Result<()> {
     test_tools::ensure()?;
     // The real Prometheus the fleet tests scrape the agent with.
     prometheus::ensure()?;
+    // The OpenTelemetry Collector of tests/fleet_profiles.rs, built from
+    // Debian's Go sources.
+    otelcol::ensure()?;
     // Build first so the test run itself is not timed against compilation.
     check(Command::new("cargo").args(["build", "--workspace", "--tests"]))?;
     let mut harness_args = vec!["--test-threads=1"];
