@@ -8,10 +8,12 @@ pub mod alloc;
 mod alloc_attach;
 mod alloc_hooked;
 mod btf;
+mod file_identity;
 #[cfg(test)]
 mod live_tests;
 mod preflight;
 
+use file_identity::{file_identity, FileIdentity};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -305,7 +307,7 @@ pub struct ProgramSize {
 pub struct Tracer {
     ebpf: Ebpf,
     /// Binaries whose CPython finalization entry points are probed.
-    finalize_attached: HashSet<PathBuf>,
+    finalize_attached: HashSet<FileIdentity>,
     /// Allocator mode: symbol offsets per binary.
     alloc_symbols: SymbolOffsets,
     /// Allocator mode: the probes attached for each process.
@@ -411,7 +413,8 @@ impl Tracer {
     /// # Errors
     /// [`BpfError::Program`] when attaching fails for another reason.
     pub fn attach_python_finalize(&mut self, binary: &Path) -> Result<bool, BpfError> {
-        if self.finalize_attached.contains(binary) {
+        let key = file_identity(binary);
+        if self.finalize_attached.contains(&key) {
             return Ok(true);
         }
         let teardown = attach_uprobe(
@@ -433,7 +436,7 @@ impl Tracer {
         )?;
         let attached = teardown || entered;
         if attached {
-            self.finalize_attached.insert(binary.to_owned());
+            self.finalize_attached.insert(key);
         }
         Ok(attached)
     }
