@@ -47,6 +47,7 @@ mod draft;
 mod files;
 mod finding;
 mod fragmentation;
+pub mod gate;
 mod memory;
 mod paths;
 mod process;

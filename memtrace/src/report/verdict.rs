@@ -61,7 +61,8 @@ pub(crate) struct CauseText {
     pub patterns: String,
     /// Which processes: `4 workers (tgid 1, 2, 3, 4: app.py)`.
     pub who: String,
-    /// What the first finding says (`largest: ` when about one of many).
+    /// What the first finding says (`largest: ` when about the most grown
+    /// of several processes, `for one of them: ` when about another).
     pub what: Option<String>,
     /// How much and how fast.
     pub how_much: Option<String>,
@@ -149,12 +150,18 @@ fn heading(full: &[&Cause]) -> String {
 /// A cause in full: pattern, who, what, how much, where, next.
 fn cause_text(report: &Diagnosed, number: usize, cause: &Cause) -> CauseText {
     let what = cause.findings.first().map(|&first| {
-        let prefix = if !cause.tree && cause.processes.len() > 1 {
-            "largest: "
-        } else {
-            ""
+        let finding = &report.diagnosis[first];
+        let about = match finding.scope {
+            Scope::Process { process, .. } => Some(process),
+            Scope::Tree => None,
         };
-        format!("{prefix}{}", report.diagnosis[first].summary)
+        // `cause.processes` is most grown first: "largest" only for it.
+        let prefix = match (cause.tree || cause.processes.len() < 2, about) {
+            (true, _) | (false, None) => "",
+            (false, Some(id)) if Some(&id) == cause.processes.first() => "largest: ",
+            (false, Some(_)) => "for one of them: ",
+        };
+        format!("{prefix}{}", finding.summary)
     });
     CauseText {
         number,
