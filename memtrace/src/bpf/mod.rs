@@ -8,12 +8,12 @@ pub mod alloc;
 mod alloc_attach;
 mod alloc_hooked;
 mod btf;
-mod file_identity;
+mod finalize;
 #[cfg(test)]
 mod live_tests;
 mod preflight;
 
-use file_identity::{file_identity, FileIdentity};
+use finalize::FileIdentity;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -408,44 +408,6 @@ impl Tracer {
                 .map_err(|source| program_error(program, "attach", source))?;
         }
         Ok(())
-    }
-
-    /// Attaches the finalization uprobes to `binary` (a CPython executable
-    /// or libpython), once per binary, for every process that maps it (the
-    /// programs ignore untraced ones): on [`PYTHON_TEARDOWN_SYMBOL`] and, to
-    /// mark finalization entered, on [`PYTHON_FINALIZE_SYMBOLS`]; without the
-    /// former, on [`PYTHON_FINALIZE_SYMBOLS`] alone, to begin the exit there.
-    /// `Ok(false)` when the binary has none of these symbols.
-    ///
-    /// # Errors
-    /// [`BpfError::Program`] when attaching fails for another reason.
-    pub fn attach_python_finalize(&mut self, binary: &Path) -> Result<bool, BpfError> {
-        let key = file_identity(binary);
-        if self.finalize_attached.contains(&key) {
-            return Ok(true);
-        }
-        let teardown = attach_uprobe(
-            &mut self.ebpf,
-            PYTHON_TEARDOWN_PROGRAM,
-            &[PYTHON_TEARDOWN_SYMBOL],
-            binary,
-        )?;
-        let entry_program = if teardown {
-            PYTHON_FINALIZE_ENTERED_PROGRAM
-        } else {
-            PYTHON_FINALIZE_PROGRAM
-        };
-        let entered = attach_uprobe(
-            &mut self.ebpf,
-            entry_program,
-            &PYTHON_FINALIZE_SYMBOLS,
-            binary,
-        )?;
-        let attached = teardown || entered;
-        if attached {
-            self.finalize_attached.insert(key);
-        }
-        Ok(attached)
     }
 
     /// Sizes of the loaded programs as the kernel reports them.
