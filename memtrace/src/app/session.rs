@@ -133,19 +133,30 @@ impl Session {
     /// Loads and attaches the kernel side and creates the capture file;
     /// returns the session and the reader of its ring buffer.
     pub(super) fn start(common: &CommonArgs, command: &str) -> Result<(Self, RecordReader)> {
-        Self::start_with_ring(common, command, None)
+        let load_started = Instant::now();
+        super::output::check_output_dir(&common.output_dir)?;
+        super::output::check_per_process(common);
+        Self::load(common, command, None, load_started)
     }
 
-    /// [`Session::start`] with a records ring buffer of `ring_bytes` (`None`:
-    /// the object's 32 MiB).
-    pub(super) fn start_with_ring(
+    /// [`Session::start`] for a session that writes no report files
+    /// (`memtrace agent`), with a records ring buffer of `ring_bytes`
+    /// (`None`: the object's 32 MiB).
+    pub(super) fn start_without_files(
         common: &CommonArgs,
         command: &str,
         ring_bytes: Option<u32>,
     ) -> Result<(Self, RecordReader)> {
-        let load_started = Instant::now();
-        super::output::check_output_dir(&common.output_dir)?;
-        super::output::check_per_process(common);
+        Self::load(common, command, ring_bytes, Instant::now())
+    }
+
+    /// Loads and attaches the kernel side (begun at `load_started`).
+    fn load(
+        common: &CommonArgs,
+        command: &str,
+        ring_bytes: Option<u32>,
+        load_started: Instant,
+    ) -> Result<(Self, RecordReader)> {
         let options = TracerOptions {
             sample_interval_bytes: common.sample_bytes,
             follow_forks: !common.no_follow_forks,
