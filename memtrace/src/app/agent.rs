@@ -165,6 +165,7 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
         quiet: true,
         allocations: false,
         alloc_weight: crate::cli::AllocWeightArg::Leaked,
+        alloc_hooks: None,
         gate: GateArgs {
             fail_above: None,
             fail_on_cause: Vec::new(),
