@@ -66,6 +66,11 @@ pub struct AgentArgs {
     /// 127.0.0.1) or `HOST:PORT` (e.g. `0.0.0.0:9464` for every interface).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// The node's name in the windows (`host.name`); by default the
+    /// kernel's host name, which in a Kubernetes pod is the pod's: pass the
+    /// node's there (`spec.nodeName` through the downward API).
+    #[arg(long, value_name = "NAME")]
+    pub host_name: Option<String>,
     /// Paths per service in memtrace_path_held_bytes (the largest held).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,

@@ -149,20 +149,31 @@ impl Session {
         command: &str,
         sampler: Option<super::sampler::SamplerFiles>,
     ) -> Result<(Self, RecordReader)> {
-        Self::start_with_ring(common, command, sampler, None)
+        let load_started = Instant::now();
+        super::output::check_output_dir(&common.output_dir)?;
+        super::output::check_per_process(common);
+        Self::load(common, command, sampler, None, load_started)
     }
 
-    /// [`Session::start`] with a records ring buffer of `ring_bytes` (`None`:
-    /// the object's 32 MiB).
-    pub(super) fn start_with_ring(
+    /// [`Session::start`] for a session that writes no report files
+    /// (`memtrace agent`), with a records ring buffer of `ring_bytes`
+    /// (`None`: the object's 32 MiB).
+    pub(super) fn start_without_files(
+        common: &CommonArgs,
+        command: &str,
+        ring_bytes: Option<u32>,
+    ) -> Result<(Self, RecordReader)> {
+        Self::load(common, command, None, ring_bytes, Instant::now())
+    }
+
+    /// Loads and attaches the kernel side (begun at `load_started`).
+    fn load(
         common: &CommonArgs,
         command: &str,
         sampler: Option<super::sampler::SamplerFiles>,
         ring_bytes: Option<u32>,
+        load_started: Instant,
     ) -> Result<(Self, RecordReader)> {
-        let load_started = Instant::now();
-        super::output::check_output_dir(&common.output_dir)?;
-        super::output::check_per_process(common);
         let options = TracerOptions {
             sample_interval_bytes: common.sample_bytes,
             follow_forks: !common.no_follow_forks,
