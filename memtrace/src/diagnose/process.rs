@@ -288,7 +288,10 @@ fn retention(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draf
     draft.name_paths(&paths::describe_groups(report, p, &named));
     draft.weak_if(growth_too_small("the retained growth", retained));
     draft.weak_if(too_few_readings(p));
-    draft.weak_if((kind == Retained::NeverIdle).then(|| {
+    // Held bytes that kept rising tell retention from load without an idle
+    // period (load's memory is given back): only without them does a
+    // window that never idled leave it open, whatever the window caught.
+    draft.weak_if((kind == Retained::NeverIdle && steady.is_empty()).then(|| {
         "activity never dropped, so load and retention cannot be told apart: record through \
          an idle period"
             .to_owned()
