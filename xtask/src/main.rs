@@ -3,9 +3,11 @@
 //! Every subcommand runs `setup` first, which is idempotent and fast when
 //! nothing is missing.
 
+mod apt;
 mod bench;
 mod bench_env;
 mod interpreters;
+mod prometheus;
 mod setup;
 mod test_tools;
 
@@ -189,6 +191,8 @@ fn test(args: &[String]) -> Result<()> {
     // The consumers the format tests read reports back with: go tool pprof,
     // headless chromium, the speedscope web app.
     test_tools::ensure()?;
+    // The real Prometheus the fleet tests scrape the agent with.
+    prometheus::ensure()?;
     // Build first so the test run itself is not timed against compilation.
     check(Command::new("cargo").args(["build", "--workspace", "--tests"]))?;
     let mut harness_args = vec!["--test-threads=1"];

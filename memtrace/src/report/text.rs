@@ -453,6 +453,7 @@ mod tests {
             evidence: Vec::new(),
             paths: Vec::new(),
             next_step: String::new(),
+            amount_bytes: 0,
         };
         assert_eq!(
             finding_line(&report, &finding),

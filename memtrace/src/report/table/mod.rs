@@ -304,7 +304,8 @@ fn totals(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
     writeln!(
         out,
-        "Exact counters: resident anonymous growth {}, file-backed growth {}, copy-on-write {}",
+        "Pages touched, counting re-touches (exact, gross): anonymous {}, file-backed {}; \
+         copy-on-write copies of pages still shared {}",
         format_bytes(t.anon_growth_bytes),
         format_bytes(t.file_growth_bytes),
         format_bytes(t.cow_fault_bytes),
