@@ -315,11 +315,11 @@ fn retention(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draf
     draft.name_paths(&paths::describe_groups(report, p, &named));
     draft.weak_if(growth_too_small("the retained growth", retained));
     draft.weak_if(too_few_readings(p));
-    // Memory held until the program's own shutdown released it, by a path
-    // whose held bytes kept rising all along, is told apart from load: load
-    // would not have stayed until the shutdown hook.
-    let held_to_shutdown = teardown.is_some() && !steady.is_empty();
-    draft.weak_if((kind == Retained::NeverIdle && !held_to_shutdown).then(|| {
+    // Held bytes that kept rising tell retention from load without an idle
+    // period (load's memory is given back; memory held until the program's
+    // own shutdown released it is the same case): only without them does a
+    // window that never idled leave it open, whatever the window caught.
+    draft.weak_if((kind == Retained::NeverIdle && steady.is_empty()).then(|| {
         "activity never dropped, so load and retention cannot be told apart: record through \
          an idle period"
             .to_owned()
