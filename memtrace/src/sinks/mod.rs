@@ -4,6 +4,8 @@
 //! each sink, which turns it into what one backend expects.
 
 pub mod otlp;
+#[cfg(test)]
+mod profile_tests;
 pub mod prometheus;
 pub mod pyroscope;
 pub mod queue;
