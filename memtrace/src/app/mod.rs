@@ -12,6 +12,7 @@ mod agent;
 mod allocations;
 mod census;
 mod files;
+mod fleet;
 mod native;
 mod output;
 mod probing;

@@ -130,6 +130,9 @@ pub(super) struct Session {
     /// The allocators' census of each CPython process, taken on its own
     /// thread.
     pub(super) census: super::census::CensusWorker,
+    /// `record`/`run` with the fleet's sinks (`--metrics`): a window every
+    /// 15 s and one at the end.
+    fleet: Option<super::fleet::Fleet>,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
@@ -152,7 +155,10 @@ impl Session {
         let load_started = Instant::now();
         super::output::check_output_dir(&common.output_dir)?;
         super::output::check_per_process(common);
-        Self::load(common, command, sampler, None, load_started)
+        let fleet = super::fleet::Fleet::open_for_record(&common.sinks, common.render.top)?;
+        let (mut session, reader) = Self::load(common, command, sampler, None, load_started)?;
+        session.fleet = fleet;
+        Ok((session, reader))
     }
 
     /// [`Session::start`] for a session that writes no report files
@@ -219,6 +225,7 @@ impl Session {
             alloc_sampler: sampler,
             alloc_captured: None,
             census: super::census::CensusWorker::start(),
+            fleet: None,
         };
         if common.allocations {
             let cost = if session.alloc_sampler.is_some() {
@@ -353,6 +360,9 @@ impl Session {
                 last_flush = Instant::now();
                 self.flush();
             }
+            if self.fleet.as_ref().is_some_and(super::fleet::Fleet::due) {
+                self.send_window(reader);
+            }
             reap(&mut child);
             if self.tree.all_exited() && self.launched.is_none() {
                 self.stop_reason = Some(StopReason::AllExited);
@@ -361,7 +371,17 @@ impl Session {
         reader.drain(|record| self.handle(record));
         live.finish();
         self.final_counters();
+        self.send_window(reader);
         Ok(())
+    }
+
+    /// With the fleet's sinks, closes a window now and sends it (the
+    /// session keeps every image: nothing is compacted).
+    fn send_window(&mut self, reader: &RecordReader) {
+        if let Some(mut fleet) = self.fleet.take() {
+            fleet.emit(self, reader, false);
+            self.fleet = Some(fleet);
+        }
     }
 
     /// Turns the live view into plain lines once a traced process (or
