@@ -63,6 +63,7 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
         );
     }
     let files = files::RunFiles::prepare(&mut common)?;
+    let profile_sinks = crate::sinks::open_profile_sinks(&common.profile_sinks)?;
     let command = format!("memtrace record --pid {}", join(&pids));
     let (mut session, mut reader) = Session::start(&common, &command, None)?;
     for &pid in &pids {
@@ -73,7 +74,7 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
     }
     session.attached(false);
     session.trace(&mut reader, &common, None).await?;
-    session.finish(&reader, &common, &files, None)
+    session.finish(&reader, &common, &files, None, profile_sinks)
 }
 
 /// `memtrace run -- CMD`: starts the command held before its execve, traces
@@ -85,6 +86,7 @@ async fn run_command(
     mut common: CommonArgs,
 ) -> Result<ExitCode> {
     let files = files::RunFiles::prepare(&mut common)?;
+    let profile_sinks = crate::sinks::open_profile_sinks(&common.profile_sinks)?;
     let command = argv
         .iter()
         .map(|a| a.to_string_lossy())
@@ -110,7 +112,7 @@ async fn run_command(
         .trace(&mut reader, &common, Some(&mut child))
         .await?;
     let status = session::stop_child(&mut child);
-    session.finish(&reader, &common, &files, status)
+    session.finish(&reader, &common, &files, status, profile_sinks)
 }
 
 /// Refuses a `record --pid` target that cannot or should not be traced: a
