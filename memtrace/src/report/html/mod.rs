@@ -114,12 +114,15 @@ pub fn render(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) 
     )
 }
 
-/// How tracing began (what attaching hid) and how the command ended, one
-/// paragraph each under the header, as the terminal's header says them.
+/// Where, when and by which memtrace the run was recorded, how tracing
+/// began (what attaching hid) and how the command ended, one paragraph each
+/// under the header, as the terminal's header says them.
 fn run_lines(meta: &RunMeta) -> String {
     let status = meta.command_status.map(text::command_ended);
-    text::attach_line(meta)
+    meta.origin
+        .describe()
         .into_iter()
+        .chain(text::attach_line(meta))
         .chain(status)
         .map(|line| format!("<p class=\"run\">memtrace: {}</p>\n", escape(&line)))
         .collect()

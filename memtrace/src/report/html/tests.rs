@@ -539,7 +539,7 @@ fn the_flame_graph_keeps_its_script_and_leaves_find_to_the_browser() {
 }
 
 #[test]
-fn the_header_says_what_attaching_hid_and_how_the_command_ended() {
+fn the_header_says_where_and_when_what_attaching_hid_and_how_the_command_ended() {
     let mut report = lifecycle_diagnosed();
     report.report.meta.command_status = Some(ExitStatus::Signal {
         signal: 9,
@@ -554,6 +554,9 @@ fn the_header_says_what_attaching_hid_and_how_the_command_ended() {
     assert_eq!(
         run_lines,
         [
+            "<p class=\"run\">memtrace: recorded on build-7 at 2026-01-02T03:04:05Z by \
+             memtrace 0.1.0</p>"
+                .to_owned(),
             format!(
                 "<p class=\"run\">memtrace: {}</p>",
                 escape(&text::attach_line(&report.report.meta).unwrap())
