@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+use super::markup::escape;
 use super::text::seconds;
 use super::{flamegraph, text, RenderOptions};
 use crate::aggregate::{ProcessId, ProcessReport, Report, RunMeta};
@@ -138,23 +139,6 @@ fn first_screen(report: &Diagnosed, options: &RenderOptions) -> String {
         chart::overview(report),
         paths::top_paths(report, options, end_ns)
     )
-}
-
-/// `text` with `& < > " '` replaced by character references, safe in
-/// element content and quoted attribute values.
-pub(crate) fn escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => escaped.push_str("&amp;"),
-            '<' => escaped.push_str("&lt;"),
-            '>' => escaped.push_str("&gt;"),
-            '"' => escaped.push_str("&quot;"),
-            '\'' => escaped.push_str("&#39;"),
-            other => escaped.push(other),
-        }
-    }
-    escaped
 }
 
 /// A `<ul>` of `class` with one escaped item per entry; nothing when empty.
