@@ -63,6 +63,7 @@ impl Session {
             attached_unix_ns: self.attached_unix_ns,
             command_held: self.command_held,
             command_status,
+            origin: crate::aggregate::Origin::here(self.attached_unix_ns),
         };
         let census = self.census.finish();
         self.recorder.census(&census);
