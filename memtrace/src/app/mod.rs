@@ -12,7 +12,6 @@ mod agent;
 mod allocations;
 mod census;
 mod files;
-mod native;
 mod output;
 mod probing;
 mod records;
