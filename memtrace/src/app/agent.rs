@@ -15,7 +15,7 @@ use super::fleet::Fleet;
 use super::session::{self, Session, DRAIN_INTERVAL, FLUSH_INTERVAL, TICK};
 use crate::agent::discovery::{cgroup_exists, Discovery, Selector};
 use crate::aggregate::Role;
-use crate::cli::{AgentArgs, CommonArgs, GateArgs, RenderArgs, WeightArg};
+use crate::cli::{AgentArgs, CommonArgs, GateArgs, ProfileSinkArgs, RenderArgs, WeightArg};
 use crate::process::proc;
 
 /// The agent's records ring buffer: 8 MiB, a quarter of `record`'s. The
@@ -36,7 +36,14 @@ const DISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
 /// bound, the eBPF programs refused.
 pub(super) async fn run(args: AgentArgs) -> Result<ExitCode> {
     let selector = selector(&args)?;
-    let mut fleet = Fleet::open(&args.sinks, args.top, args.host_name.clone(), args.interval)?;
+    let profile_sinks = crate::sinks::open_profile_sinks(&args.profile_sinks)?;
+    let mut fleet = Fleet::open(
+        &args.sinks,
+        args.top,
+        args.host_name.clone(),
+        args.interval,
+        profile_sinks,
+    )?;
     let common = common_args(&args);
     let (mut session, mut reader) =
         Session::start_without_files(&common, "memtrace agent", Some(AGENT_RING_BYTES))?;
@@ -151,6 +158,7 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
         },
         // The agent holds its sinks itself.
         sinks: crate::cli::SinkArgs::default(),
+        profile_sinks: ProfileSinkArgs::default(),
     }
 }
 

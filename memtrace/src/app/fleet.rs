@@ -29,10 +29,11 @@ pub(super) struct Fleet {
 }
 
 impl Fleet {
-    /// The sinks `args` asks for (maybe none), their paths cut to the
-    /// `top` per service, a window every `interval`, of host `host`
-    /// (default: the kernel's host name). Opened before tracing starts: an
-    /// address that cannot be bound fails here.
+    /// The sinks `args` asks for (maybe none) and `others` (the profile
+    /// sinks, opened by `crate::sinks::open_profile_sinks`), their paths
+    /// cut to the `top` per service, a window every `interval`, of host
+    /// `host` (default: the kernel's host name). Opened before tracing
+    /// starts: an address that cannot be bound fails here.
     ///
     /// # Errors
     /// A sink that cannot be opened (a `--metrics` address that does not
@@ -42,11 +43,13 @@ impl Fleet {
         top: usize,
         host: Option<String>,
         interval: Duration,
+        others: Vec<Box<dyn Sink>>,
     ) -> Result<Self> {
         let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
         if let Some(addr) = &args.metrics {
             sinks.push(Box::new(PrometheusSink::bind(addr, top)?));
         }
+        sinks.extend(others);
         Ok(Self {
             sinks,
             windows: WindowBuilder::new(host.unwrap_or_else(host_name), unix_ns()),
@@ -56,13 +59,14 @@ impl Fleet {
         })
     }
 
-    /// [`Fleet::open`] for `record`/`run`: `None` when `args` asks for no
-    /// sink.
+    /// [`Fleet::open`] for `record`/`run`'s `--metrics`: `None` when
+    /// `args` asks for none (their profile sinks get one window at the end,
+    /// from `super::output`).
     ///
     /// # Errors
     /// As [`Fleet::open`].
     pub(super) fn open_for_record(args: &SinkArgs, top: usize) -> Result<Option<Self>> {
-        let fleet = Self::open(args, top, None, RECORD_WINDOW)?;
+        let fleet = Self::open(args, top, None, RECORD_WINDOW, Vec::new())?;
         Ok((!fleet.sinks.is_empty()).then_some(fleet))
     }
 
@@ -106,7 +110,7 @@ impl Fleet {
             records_read: report.meta.records,
             records_dropped: report.meta.dropped_records,
             windows_emitted: 0,
-            sink_errors: self.sink_errors,
+            sink_errors: self.sink_errors + self.sinks.iter().map(|s| s.send_errors()).sum::<u64>(),
             windows_dropped: self.sinks.iter().map(|s| s.windows_dropped()).sum(),
             own_resident_bytes: own_resident_bytes(),
         };
@@ -180,7 +184,7 @@ fn give_back_freed_heap() {
 }
 
 /// Unix time now, in ns.
-fn unix_ns() -> u64 {
+pub(super) fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
