@@ -157,15 +157,18 @@ impl Session {
         Ok((session, reader))
     }
 
-    /// [`Session::start`] for a session that writes no report files
-    /// (`memtrace agent`), with a records ring buffer of `ring_bytes`
-    /// (`None`: the object's 32 MiB).
+    /// [`Session::start`] for a session that writes no report files and
+    /// takes no allocator census (`memtrace agent`), with a records ring
+    /// buffer of `ring_bytes` (`None`: the object's 32 MiB).
     pub(super) fn start_without_files(
         common: &CommonArgs,
         command: &str,
         ring_bytes: Option<u32>,
     ) -> Result<(Self, RecordReader)> {
-        Self::load(common, command, None, ring_bytes, Instant::now())
+        let (mut session, reader) = Self::load(common, command, None, ring_bytes, Instant::now())?;
+        session.census.finish();
+        session.census = super::census::CensusWorker::off();
+        Ok((session, reader))
     }
 
     /// Loads and attaches the kernel side (begun at `load_started`).
