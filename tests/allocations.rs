@@ -331,6 +331,38 @@ fn the_sampler_sees_debian_static_pythons_inlined_allocator_whole() {
     );
 }
 
+#[test]
+fn the_programs_own_sitecustomize_runs_and_the_debug_allocator_is_sampled() {
+    // The program puts its own sitecustomize on PYTHONPATH (after
+    // memtrace's) and runs under CPython's debug hooks.
+    let python = require_ebpf!(python_3_11());
+    let own = script("own_sitecustomize");
+    let workload = script("alloc_leak_churn.py");
+    let line = format!(
+        "PYTHONPATH=\"$PYTHONPATH:{}\" PYTHONMALLOC=debug exec {} {} --keep-mib 24 --start-delay {}",
+        own.display(),
+        python.display(),
+        workload.display(),
+        START_DELAY_SECONDS
+    );
+    let mut args = vec!["run", "--allocations", "--sample-bytes", SAMPLE_BYTES];
+    args.extend(common::alloc_hooks_args());
+    args.extend(["--", "sh", "-c", &line]);
+    let trace = trace(&args);
+    let ran = trace.workload_event("own_sitecustomize");
+    assert_eq!(ran["pythonmalloc"], "debug", "{ran}");
+    let kept = trace.workload_event("kept");
+    let tgid = kept["pid"].as_u64().unwrap();
+    assert_eq!(ran["pid"].as_u64(), Some(tgid));
+    let images = images_of(&trace, tgid);
+    let python_image = images.last().expect("an entry per image");
+    assert_within(
+        entry_bytes(python_image, "keep_small_objects", "leaked_bytes"),
+        kept["getsizeof_bytes"].as_f64().unwrap(),
+        "leaked by keep_small_objects under PYTHONMALLOC=debug",
+    );
+}
+
 /// The allocations entries of `tgid`, one per image, in the order the
 /// images began.
 fn images_of(trace: &Trace, tgid: u64) -> Vec<&Value> {
