@@ -63,6 +63,7 @@ impl Session {
             attached_unix_ns: self.attached_unix_ns,
             command_held: self.command_held,
             command_status,
+            origin: crate::aggregate::Origin::here(self.attached_unix_ns),
         };
         let census = self.census.finish();
         self.recorder.census(&census);
@@ -85,15 +86,6 @@ impl Session {
         let mut stdout = io::stdout().lock();
         report::table::render(&diagnosed, &options, &written, &mut stdout)
             .context("cannot print the report")?;
-        if let Some(allocations) = &diagnosed.allocations {
-            report::allocations::render_text(
-                allocations,
-                &diagnosed.report.processes,
-                options.top,
-                &mut stdout,
-            )
-            .context("cannot print the report")?;
-        }
         if let Some(code) = gate(&common.gate, &diagnosed) {
             return Ok(code);
         }
@@ -115,7 +107,7 @@ fn send_run_profile(mut sinks: Vec<Box<dyn Sink>>, report: &Report, start_unix_n
         ..Health::default()
     };
     let mut windows = WindowBuilder::new(host_name(), start_unix_ns);
-    let window = windows.close_run(report, super::agent::unix_ns(), health);
+    let window = windows.close_run(report, super::fleet::unix_ns(), health);
     for sink in &mut sinks {
         if let Err(err) = sink.send(&window) {
             eprintln!("memtrace: warning: {}: {err:#}", sink.name());
@@ -188,7 +180,7 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
         }
     } else {
         write_output(args, |out| {
-            render_with_allocations(&diagnosed, format, &options, out)
+            report::render(&diagnosed, format, &options, out).map_err(Into::into)
         })?;
     }
     Ok(gate(&args.gate, &diagnosed).unwrap_or(ExitCode::SUCCESS))
@@ -232,28 +224,6 @@ fn write_output(
             out.flush().context("cannot write to standard output")
         }
     }
-}
-
-/// [`report::render`], and for the table the allocations section of a
-/// capture recorded with `--allocations` after it (the JSON has it as its
-/// `allocations` field).
-fn render_with_allocations(
-    diagnosed: &Diagnosed,
-    format: Format,
-    options: &RenderOptions,
-    out: &mut dyn io::Write,
-) -> Result<()> {
-    report::render(diagnosed, format, options, out)?;
-    if let (Format::Table, Some(allocations)) = (format, &diagnosed.allocations) {
-        report::allocations::render_text(
-            allocations,
-            &diagnosed.report.processes,
-            options.top,
-            out,
-        )
-        .context("cannot print the allocations section")?;
-    }
-    Ok(())
 }
 
 /// Warns, before tracing, about `--per-process` without a flame graph to
