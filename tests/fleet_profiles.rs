@@ -454,8 +454,8 @@ fn the_agent_keeps_going_while_the_collector_restarts() {
     assert!(errors >= 1, "the collector was down, yet {summary}");
     let last_window = log
         .lines()
-        .filter(|l| l.starts_with("memtrace agent: window "))
-        .last()
+        .rev()
+        .find(|l| l.starts_with("memtrace agent: window "))
         .unwrap_or_default();
     assert!(
         last_window.contains(" sink errors") && !last_window.contains(" 0 sink errors"),
