@@ -23,7 +23,7 @@ mod common;
 use serde_json::Value;
 
 use common::{
-    interpreter, pyenv, python_3_11, require_ebpf, stack_functions, trace_script,
+    debian_python, interpreter, pyenv, python_3_11, require_ebpf, stack_functions, trace_script,
     trace_script_expecting, Trace,
 };
 
@@ -286,6 +286,68 @@ fn a_process_that_exits_ends_at_what_it_held() {
 fn a_python_3_12_process_ends_after_its_threads_before_finalization() {
     let python = require_ebpf!(interpreter(&[pyenv("3.12.1", "python3.12")]));
     hold_then_exit(&python, "thread", 0, "python_finalize");
+}
+
+/// Debian's 3.14 and 3.15 (static, stripped, their symbols in the `-dbg`
+/// debug file by build-id, which the test setup unpacks and passes with
+/// `--debug-dir`): the exit begins at `_PyThreadState_RemoveExcept` once
+/// `Py_FinalizeEx` (whose first instruction is `endbr64`) was entered,
+/// after the non-daemon threads.
+fn check_debian_exit(minor: &str) {
+    let python = require_ebpf!(debian_python(minor));
+    for (mode, code) in [("normal", 0), ("sys_exit", 3), ("thread", 0)] {
+        let trace = hold_then_exit(&python, mode, code, "python_finalize");
+        let warnings = trace.report["warnings"].to_string();
+        assert!(!warnings.contains("exit_point"), "{mode}: {warnings}");
+    }
+}
+
+#[test]
+fn a_python_3_14_process_ends_after_its_threads_before_finalization() {
+    check_debian_exit("3.14");
+}
+
+#[test]
+fn a_python_3_15_process_ends_after_its_threads_before_finalization() {
+    check_debian_exit("3.15");
+}
+
+#[test]
+fn a_stripped_interpreter_without_its_debug_file_says_what_that_costs() {
+    let python = require_ebpf!(debian_python("3.14"));
+    let script = common::script("hold_then_exit.py");
+    let trace = common::trace(&[
+        "run",
+        "--",
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--mib",
+        "50",
+        "--hold-seconds",
+        "1",
+    ]);
+    let warning = trace.report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["kind"] == "exit_point")
+        .unwrap_or_else(|| panic!("no exit_point warning: {:#}", trace.report["warnings"]));
+    let caveat = warning["caveat"].as_str().unwrap();
+    assert!(
+        caveat.contains(
+            "no symbol _PyThreadState_RemoveExcept (not in .dynsym, .symtab, nor a debug file"
+        ),
+        "{caveat}"
+    );
+    assert!(
+        caveat.contains(
+            "exit begins at Py_FinalizeEx: a thread still running after main returned is cut off"
+        ),
+        "{caveat}"
+    );
+    let exiting = trace.workload_event("exiting");
+    let row = trace.row_of(exiting["pid"].as_u64().unwrap());
+    assert_eq!(row["exit_began_by"], "python_finalize", "{row:#}");
 }
 
 #[test]

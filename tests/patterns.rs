@@ -135,6 +135,31 @@ fn diagnoses_a_released_spike() {
     );
 }
 
+/// Debian's 3.14/3.15: a cache of 160 MiB held until the process exits is
+/// retention held by `fill_cache`, not a spike released by the
+/// interpreter's teardown (the exit begins before finalization frees it).
+fn check_held_until_exit(minor: &str) {
+    let python = require_ebpf!(common::debian_python(minor));
+    let trace = trace_script(&python, "grow_cache.py", &["--mib", "160", "--hold", "2"]);
+    let finding = trace.finding("retention");
+    assert!(trace.names_function(finding, "fill_cache"), "{finding:#}");
+    assert!(
+        trace.diagnosis().iter().all(|f| f["pattern"] != "spike"),
+        "held until exit is no spike: {:#}",
+        trace.report["diagnosis"]
+    );
+}
+
+#[test]
+fn a_cache_held_until_exit_is_retention_on_debian_3_14() {
+    check_held_until_exit("3.14");
+}
+
+#[test]
+fn a_cache_held_until_exit_is_retention_on_debian_3_15() {
+    check_held_until_exit("3.15");
+}
+
 #[test]
 fn diagnoses_a_cache_retained_after_traffic() {
     let python = require_ebpf!(python_3_11());

@@ -192,6 +192,24 @@ pub fn python_finalize_entered(_ctx: ProbeContext) -> u32 {
     0
 }
 
+/// Uprobe on CPython's `_PyThreadState_RemoveExcept` (3.14+): called by
+/// `_Py_Finalize` once the threads are joined and the `atexit` handlers
+/// ran, but also by `Py_EndInterpreter` (a sub-interpreter ends) and after
+/// `os.fork()` in the child; the exit begins here only once finalization
+/// was entered ([`python_finalize_entered`] on `_Py_Finalize`).
+#[uprobe]
+pub fn python_finalize_teardown_entered(_ctx: ProbeContext) -> u32 {
+    let (tgid, _) = current_ids();
+    let Some(counters) = traced(tgid) else {
+        return 0;
+    };
+    // SAFETY: live map value of a traced process.
+    if unsafe { (*counters).exit_flags } & FINALIZE_ENTERED != 0 {
+        exit_begins(ExitBeginReason::PythonFinalize);
+    }
+    0
+}
+
 /// Uprobe on CPython's `_PyThreadState_DeleteExcept` (3.11, 3.12): called
 /// by `Py_FinalizeEx` once the threads are joined and the `atexit`
 /// handlers ran, right before the interpreter frees its objects; the exit

@@ -56,6 +56,7 @@ impl Session {
             attached_unix_ns: self.attached_unix_ns,
             command_held: self.command_held,
             command_status,
+            exit_point_caveats: std::mem::take(&mut self.exit_point_caveats),
         };
         let census = self.census.finish();
         self.recorder.census(&census);

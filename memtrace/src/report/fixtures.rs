@@ -189,6 +189,7 @@ pub(crate) fn lifecycle_report() -> Report {
             attached_unix_ns: 1_767_323_045_600_000_000,
             command_held: false,
             command_status: None,
+            exit_point_caveats: Vec::new(),
         },
     )
 }

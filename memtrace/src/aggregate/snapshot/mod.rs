@@ -71,6 +71,11 @@ pub struct RunMeta {
     /// not be told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_status: Option<ExitStatus>,
+    /// Per CPython binary whose exit-point symbol was missing, which and
+    /// what that costs (`bpf::ExitPoint::caveat`); empty when every exit
+    /// was found where the interpreter is about to free its objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exit_point_caveats: Vec<String>,
 }
 
 /// Run-wide totals. Sums over processes count each image once; tree
