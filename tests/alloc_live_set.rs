@@ -92,6 +92,7 @@ fn tracer() -> Tracer {
         follow_forks: false,
         wakeup_threshold_bytes: 1 << 20,
         allocations: true,
+        ring_bytes: None,
     })
     .expect("load the eBPF object with allocator mode")
 }

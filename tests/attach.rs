@@ -144,6 +144,53 @@ fn a_process_whose_main_thread_exited_is_traced_through_its_other_threads() {
 }
 
 #[test]
+fn a_flat_master_attached_to_keeps_its_rss() {
+    let python = require_ebpf!(python_3_11());
+    let dir = tempfile::tempdir().unwrap();
+    let trigger = dir.path().join("go");
+    let mut target = Command::new(&python)
+        .arg(script("prefork_staggered.py"))
+        .args(["--workers", "3", "--fork-gap", "0.5", "--mib", "48"])
+        .args(["--seconds", "4", "--start-delay", "60"])
+        .arg("--trigger-file")
+        .arg(&trigger)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    let ready: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let pid = target.id();
+    // After the attach (1-3.6 s quiet, several times that under load).
+    let toucher = touch_later(trigger, Duration::from_secs(10));
+    let trace = trace(&["record", "--pid", &pid.to_string(), "--duration", "60s"]);
+    toucher.join().unwrap();
+    let forked: serde_json::Value = lines
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+        .find(|v| v["event"] == "forked")
+        .expect("the master forked");
+    assert!(target.wait().unwrap().success());
+    // What /proc said of the master while flat: at ready and after its forks.
+    let vm_rss = |event: &serde_json::Value| event["master_status"]["VmRSS"].as_f64().unwrap();
+    let (at_ready, after_forks) = (vm_rss(&ready), vm_rss(&forked));
+    let row = trace.row_of(u64::from(pid));
+    let rss = &row["rss"];
+    let (start, end) = (
+        rss["start_bytes"].as_f64().unwrap(),
+        rss["end_bytes"].as_f64().unwrap(),
+    );
+    const MIB: f64 = 1024.0 * 1024.0;
+    assert!(
+        (start - at_ready).abs() <= 2.0 * MIB,
+        "start {start} vs /proc's {at_ready} at attach: {row:#}"
+    );
+    assert!(
+        end >= start - MIB && (end - after_forks).abs() <= 2.0 * MIB,
+        "a flat master shows no drop: {start} -> {end}, /proc {after_forks} after the forks: {row:#}"
+    );
+}
+
+#[test]
 fn run_says_the_command_was_held_until_attached() {
     let python = require_ebpf!(python_3_11());
     let before = SystemTime::now();

@@ -109,7 +109,7 @@ fn report_and_diff_outputs_are_never_written_through_a_link_nor_over_a_file_with
     let capture = capture.to_str().unwrap();
     let commands: [(&str, Vec<&str>); 2] = [
         ("report", vec!["report", capture, "--format", "folded"]),
-        ("diff", vec!["diff", capture, capture]),
+        ("diff", vec!["diff", capture, capture, "--format", "table"]),
     ];
     for (name, command) in commands {
         let out = dir.path().join(format!("{name}.out"));

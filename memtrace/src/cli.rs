@@ -5,6 +5,9 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
+/// Where `record`/`run` write their files unless `--output-dir` is given.
+pub const DEFAULT_OUTPUT_DIR: &str = "memtrace-captures";
+
 /// memtrace: find out why a Python service's memory grows, from outside the
 /// process, with eBPF.
 #[derive(Debug, Parser)]
@@ -30,6 +33,49 @@ pub enum Command {
     /// Which growth paths grew between two captures (BEFORE AFTER), or
     /// between two times of one capture (BEFORE --from T1 --to T2).
     Diff(DiffArgs),
+    /// Run as a node agent: trace every Python process (or those selected)
+    /// for days, closing a window every --interval for the fleet's
+    /// backends (--metrics: Prometheus).
+    Agent(AgentArgs),
+}
+
+/// Arguments of `memtrace agent`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("targets").args(["pids", "matching", "cgroup"])))]
+pub struct AgentArgs {
+    /// Trace this process and what it forks (repeatable); by default every
+    /// Python process on the host is traced.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace every process whose command line (arguments joined with
+    /// spaces) matches this regular expression, and what it forks.
+    #[arg(long = "match", value_name = "REGEX")]
+    pub matching: Option<String>,
+    /// Trace every process in this cgroup (v2) or below it, and what it
+    /// forks (e.g. `/kubepods.slice` or `/sys/fs/cgroup/system.slice`).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+    /// Close a window and send it to the sinks this often.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    pub interval: Duration,
+    /// Stop after this long (after a last window); otherwise on SIGTERM or
+    /// Ctrl-C (after a last window too).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics`: `PORT` (bound to
+    /// 127.0.0.1) or `HOST:PORT` (e.g. `0.0.0.0:9464` for every interface).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Paths per service in memtrace_path_held_bytes (the largest held).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    /// Mean bytes between sampled events (as for `record`).
+    #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
+    pub sample_bytes: u64,
+    /// No line per window on standard error (errors and warnings still are).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// `--format` values: the formats of `crate::report::Format`.
@@ -72,12 +118,14 @@ pub struct ReportArgs {
     /// The capture file.
     #[arg(value_name = "FILE")]
     pub capture: PathBuf,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
-    pub format: FormatArg,
-    /// Write to this file (or, with --per-process, this folder) instead of
-    /// standard output.
-    #[arg(short, long, value_name = "OUT")]
+    /// Output format; without it, the extension of -o decides (`.svg`,
+    /// `.html`, `.speedscope.json`, `.json`, `.pb.gz`, `.folded`, `.txt`),
+    /// else the table.
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// The report file (or, with --per-process, this folder) instead of
+    /// standard output; its format from --format or its extension.
+    #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Replace output files that already exist (a symbolic link is never
     /// followed, not even with --force).
@@ -86,6 +134,9 @@ pub struct ReportArgs {
     /// Options shared with the formats of `record`/`run`.
     #[command(flatten)]
     pub render: RenderArgs,
+    /// The CI gate, on the capture's report.
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Draw the allocation paths of a capture recorded with --allocations
     /// instead of the memory growth (--format folded, flamegraph,
     /// speedscope or pprof; the table and JSON always carry them).
@@ -125,6 +176,74 @@ pub struct RenderArgs {
     /// verdict: one entry per cause; the JSON and HTML always hold both).
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Show frames' files as the interpreter names them (by default, as
+    /// py-spy does: relative to the working folder, site-packages or the
+    /// standard library).
+    #[arg(long)]
+    pub full_paths: bool,
+}
+
+/// The CI gate of `record`, `run` and `report`: when a condition holds at
+/// the end, memtrace prints the report, then one line saying why, and exits
+/// with status 86.
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    /// Exit with status 86 when a traced process's peak RSS is above SIZE
+    /// (e.g. `160MiB`, `1.5G`, `500MB`).
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_bytes)]
+    pub fail_above: Option<u64>,
+    /// Exit with status 86 when the verdict has a strong cause of this
+    /// pattern (`any`: of any pattern but no-growth); repeat for several.
+    #[arg(long, value_enum, value_name = "CAUSE")]
+    pub fail_on_cause: Vec<CauseArg>,
+}
+
+/// `--fail-on-cause` values: the verdict's patterns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CauseArg {
+    /// Any strong cause but no-growth.
+    Any,
+    /// One process grows while its siblings stay flat.
+    OneProcessGrows,
+    /// Every worker holds a large, stable footprint.
+    EveryWorkerLarge,
+    /// Total memory steps up with each fork.
+    WorkerMultiplication,
+    /// A sharp rise tied to one code path, released afterwards.
+    Spike,
+    /// Memory that stays up after activity drops, or rises while idle.
+    Retention,
+    /// Growth in file-backed pages (page cache of mapped files).
+    FileBackedGrowth,
+    /// Pages shared copy-on-write with the master un-shared by writes.
+    CowUnsharing,
+    /// Growth that fits no other pattern.
+    UnmatchedGrowth,
+    /// Memory the allocator keeps after the program freed it.
+    AllocatorFragmentation,
+}
+
+impl GateArgs {
+    /// The gate these arguments set.
+    pub fn gate(&self) -> crate::diagnose::gate::Gate {
+        use crate::diagnose::Pattern;
+        let pattern = |arg: &CauseArg| match arg {
+            CauseArg::Any => None,
+            CauseArg::OneProcessGrows => Some(Pattern::OneProcessGrows),
+            CauseArg::EveryWorkerLarge => Some(Pattern::EveryWorkerLarge),
+            CauseArg::WorkerMultiplication => Some(Pattern::WorkerMultiplication),
+            CauseArg::Spike => Some(Pattern::Spike),
+            CauseArg::Retention => Some(Pattern::Retention),
+            CauseArg::FileBackedGrowth => Some(Pattern::FileBackedGrowth),
+            CauseArg::CowUnsharing => Some(Pattern::CowUnsharing),
+            CauseArg::UnmatchedGrowth => Some(Pattern::UnmatchedGrowth),
+            CauseArg::AllocatorFragmentation => Some(Pattern::AllocatorFragmentation),
+        };
+        crate::diagnose::gate::Gate {
+            fail_above_bytes: self.fail_above,
+            fail_on_causes: self.fail_on_cause.iter().map(pattern).collect(),
+        }
+    }
 }
 
 /// `--weight` values.
@@ -156,11 +275,13 @@ pub struct DiffArgs {
     /// capture's length.
     #[arg(long, value_parser = humantime::parse_duration, requires = "from")]
     pub to: Option<Duration>,
-    /// `table` or `flamegraph` (a differential flame graph).
-    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
-    pub format: FormatArg,
-    /// Write to this file instead of standard output.
-    #[arg(short, long, value_name = "OUT")]
+    /// `table` or `flamegraph` (a differential flame graph); without it,
+    /// the extension of -o decides (`.svg`), else the table.
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// The report file instead of standard output; its format from
+    /// --format or its extension.
+    #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Replace output files that already exist (a symbolic link is never
     /// followed, not even with --force).
@@ -221,8 +342,10 @@ pub struct CommonArgs {
     /// not their existing descendants).
     #[arg(long)]
     pub no_follow_forks: bool,
-    /// Folder for the report files (folded stacks and JSON).
-    #[arg(long, value_name = "DIR", default_value = ".")]
+    /// Folder of each run's capture, folded stacks and JSON
+    /// (`memtrace-<UTC time>.*`) and of the --format files without -o; in
+    /// the default folder only the newest 20 runs are kept.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_OUTPUT_DIR)]
     pub output_dir: PathBuf,
     /// Mean bytes between sampled events: an event of N bytes gets a Python
     /// stack with probability min(1, N / this), weighted so totals stay
@@ -231,12 +354,20 @@ pub struct CommonArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
           value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     pub sample_bytes: u64,
-    /// Also write a capture file here: aggregated data, flushed every
-    /// second, that `memtrace report` renders later.
-    #[arg(short = 'o', long = "capture", value_name = "FILE")]
+    /// Write the capture here instead of `--output-dir`'s
+    /// `memtrace-<UTC time>.capture`: aggregated data, flushed every
+    /// second, that `memtrace report` renders again later (every recording
+    /// writes one).
+    #[arg(long = "capture", value_name = "FILE")]
     pub capture: Option<PathBuf>,
-    /// Extra report files to write to --output-dir at the end (repeat for
-    /// several); the table, folded stacks and JSON are always written.
+    /// The report file written at the end, in the format of --format or of
+    /// its extension (`.svg`, `.html`, `.speedscope.json`, `.json`,
+    /// `.pb.gz`, `.folded`, `.txt`), as py-spy and memray do.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Report files to write at the end: with -o, the format of that file
+    /// (once); without, extra files in --output-dir (repeat for several).
+    /// The capture, folded stacks and JSON are always written.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Vec<FormatArg>,
     /// Replace output files that already exist (a symbolic link is never
@@ -246,6 +377,9 @@ pub struct CommonArgs {
     /// How reports are drawn.
     #[command(flatten)]
     pub render: RenderArgs,
+    /// The CI gate.
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// No live view while recording.
     #[arg(long, short)]
     pub quiet: bool,

@@ -14,6 +14,8 @@
 //! `diagnose` (which growth pattern, with evidence) →
 //! `report` (table, folded stacks, JSON, flame graph, speedscope, pprof,
 //! HTML); `diff` compares two captures or two times of one;
+//! `sinks` (the windows `memtrace agent` closes, for Prometheus, an
+//! OpenTelemetry Collector and Pyroscope);
 //! `output_file` creates every file they write (no symbolic link followed,
 //! no file replaced without `--force`). `privileges` says which capability
 //! a refusal lacks, before any step.
@@ -21,6 +23,7 @@
 //! sizes for every step that prints them.
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod aggregate;
 pub mod allocations;
 pub mod app;
@@ -38,5 +41,6 @@ pub mod privileges;
 pub mod process;
 pub mod python;
 pub mod report;
+pub mod sinks;
 pub mod symbolize;
 pub mod units;

@@ -1,6 +1,7 @@
 """Test workload: a pre-fork master starts N workers 1 s apart; each loads ~``--mib`` MiB in ``load_dataset``.
 
-The master prints ``ready``, then forks ``--workers`` workers one by one,
+The master prints ``ready``, waits for ``--trigger-file`` to exist (at most
+``--start-delay`` seconds; no wait by default), then forks ``--workers`` workers one by one,
 ``--fork-gap`` seconds apart, and waits for them; it allocates nothing
 significant after ``ready`` (its RSS stays flat). Each worker, right after
 its fork, reads its ``/proc/self/status`` counters, then runs
@@ -38,7 +39,7 @@ import sys
 import time
 import traceback
 
-from workload_common import MIB, emit, proc_status
+from workload_common import MIB, emit, proc_status, wait_for_start
 
 #: Payload bytes of each object: with the 33-byte ``bytes`` header, 432 bytes,
 #: a multiple of pymalloc's 16-byte size classes (no rounding slack).
@@ -106,6 +107,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mib", type=float, default=100.0, help="MiB each worker loads (default 100)")
     parser.add_argument("--seconds", type=float, default=6.0,
                         help="every worker exits this many seconds after the first fork (default 6)")
+    parser.add_argument("--start-delay", type=float, default=0.0,
+                        help="most seconds to wait for --trigger-file before forking (default 0)")
+    parser.add_argument("--trigger-file", default=None, help="fork once this file exists (default: none)")
     args = parser.parse_args(argv)
     if args.workers < 1 or args.fork_gap < 0 or args.mib < 0:
         parser.error("need --workers >= 1, --fork-gap >= 0 and --mib >= 0")
@@ -117,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     target_bytes = int(args.mib * MIB)
     emit("ready", master_status=proc_status())
+    wait_for_start(args.start_delay, args.trigger_file)
     first_fork = time.monotonic()
     deadline = first_fork + args.seconds
     workers: dict[int, int] = {}

@@ -12,7 +12,7 @@ use memtrace_common::{
 
 use crate::{
     counters::{add, current_ids, set_bits, swap, traced},
-    kernel::mm_member_pages,
+    kernel::{current_task, mm_member_pages, task_mm},
     maps::PENDING_FAULT,
     sample::{emit_memory, MemoryEventArgs},
 };
@@ -64,10 +64,15 @@ fn try_rss_stat(ctx: &BtfTracePointContext) {
 }
 
 /// Whether `mm` is the address space the counters follow. A first one
-/// (after attach, fork or exec) is adopted; a different one is the new image
-/// of an execve whose `sched_process_exec` has not restarted the counters
-/// yet, and is not counted (member sizes are absolute: the next event of
-/// each member after the restart carries them).
+/// (after attach, fork or exec) is adopted only when it is the current
+/// task's own `task->mm`: `rss_stat` also fires in the traced process for
+/// other address spaces (a child's page tables copied during fork, another
+/// mm reached through `/proc/PID/mem` or reclaim), and adopting one of those
+/// after an attach made a flat master's RSS the child's (13.4 -> 9.0 MiB).
+/// A different one later is the new image of an execve whose
+/// `sched_process_exec` has not restarted the counters yet, and is not
+/// counted (member sizes are absolute: the next event of each member after
+/// the restart carries them).
 ///
 /// # Safety
 /// `counters` is a live `PROCESSES` value.
@@ -75,7 +80,7 @@ fn try_rss_stat(ctx: &BtfTracePointContext) {
 unsafe fn same_mm(counters: *mut ProcessCounters, mm: u64) -> bool {
     // SAFETY: see the function's contract.
     let value = unsafe { &mut *counters };
-    if value.mm == 0 {
+    if value.mm == 0 && mm == task_mm(current_task()) {
         value.mm = mm;
     }
     value.mm == mm

@@ -14,6 +14,7 @@
 //! worker of a pre-fork service). Stacks are interned ([`StackId`]).
 
 mod buckets;
+mod compact;
 mod counters_serde;
 mod model;
 mod paths;
@@ -28,14 +29,15 @@ mod tests;
 mod timeline;
 
 use std::cmp::Reverse;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use memtrace_common::ProcessCounters;
 
 pub use buckets::{PathPoint, INITIAL_PATH_BUCKET_NS, MAX_PATH_BUCKETS};
 pub(crate) use counters_serde::CountersDef;
 pub use model::{
-    ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart, PythonStatus, Role, Sharing,
+    show_full_paths, ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart,
+    PythonStatus, Role, Sharing,
 };
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{
@@ -120,7 +122,12 @@ struct LiveTotals {
 #[derive(Debug)]
 pub struct Aggregator {
     start_ns: u64,
-    processes: Vec<ProcessState>,
+    /// Every image not yet compacted away ([`Aggregator::compact_ended`]),
+    /// by id.
+    processes: BTreeMap<ProcessId, ProcessState>,
+    /// The id the next image gets (ids are never reused, not even after
+    /// compaction).
+    next_id: u32,
     held: HashMap<ProcessId, HeldState>,
     stacks: StackTable,
     paths: PathTable,
@@ -133,7 +140,8 @@ impl Aggregator {
     pub fn new(start_ns: u64) -> Self {
         Self {
             start_ns,
-            processes: Vec::new(),
+            processes: BTreeMap::new(),
+            next_id: 0,
             held: HashMap::new(),
             stacks: StackTable::default(),
             paths: PathTable::default(),
@@ -148,28 +156,35 @@ impl Aggregator {
     }
 
     fn state(&self, id: ProcessId) -> Option<&ProcessState> {
-        self.processes.get(id.index())
+        self.processes.get(&id)
     }
 
     fn state_mut(&mut self, id: ProcessId) -> Option<&mut ProcessState> {
-        self.processes.get_mut(id.index())
+        self.processes.get_mut(&id)
     }
 
     /// The next id to hand out.
     fn next_id(&self) -> ProcessId {
-        ProcessId(u32::try_from(self.processes.len()).unwrap_or(u32::MAX))
+        ProcessId(self.next_id)
+    }
+
+    /// Enters `state` under the next id and returns that id.
+    fn push(&mut self, state: ProcessState) -> ProcessId {
+        let id = self.next_id();
+        self.processes.insert(id, state);
+        self.next_id = self.next_id.saturating_add(1);
+        id
     }
 
     /// A process entered the trace; returns its id (ids are handed out in
     /// call order, so a replay in the same order gets the same ids). Its
     /// first RSS reading is `p.counters` at `p.ts_ns`.
     pub fn process_started(&mut self, p: ProcessStart) -> ProcessId {
-        let id = self.next_id();
         let parent_tgid = p
             .parent
             .and_then(|parent| self.state(parent))
             .map(|s| s.tgid);
-        self.processes.push(ProcessState::new(&p, parent_tgid));
+        let id = self.push(ProcessState::new(&p, parent_tgid));
         self.live.processes += 1;
         self.live.peak_processes = self.live.peak_processes.max(self.live.processes);
         self.counters(id, p.ts_ns, &p.counters, p.sharing);
@@ -200,7 +215,7 @@ impl Aggregator {
             state.exec_ns = Some(ts_ns);
             state.next_image = Some(next_id);
         }
-        self.processes.push(next);
+        self.push(next);
         self.live.rss_bytes = self.live.rss_bytes.saturating_sub(rss);
         self.live.pss_bytes = self.live.pss_bytes.saturating_sub(pss);
         let start = ProcessCounters {
@@ -278,7 +293,7 @@ impl Aggregator {
         sharing: Option<Sharing>,
     ) {
         let t_ns = self.relative(ts_ns);
-        let Some(state) = self.processes.get_mut(id.index()).filter(|s| s.is_open()) else {
+        let Some(state) = self.processes.get_mut(&id).filter(|s| s.is_open()) else {
             return;
         };
         let (rss_before, pss_before) = (state.rss_now_bytes(), state.pss_now_bytes());
@@ -357,10 +372,9 @@ impl Aggregator {
             .processes
             .iter()
             .zip(kinds)
-            .enumerate()
-            .filter(|(_, (state, _))| state.is_open())
-            .map(|(index, (state, kind))| LiveProcess {
-                id: ProcessId(u32::try_from(index).unwrap_or(u32::MAX)),
+            .filter(|((_, state), _)| state.is_open())
+            .map(|((&id, state), kind)| LiveProcess {
+                id,
                 tgid: state.tgid,
                 kind,
                 label: short_command(&state.cmdline, LIVE_COMMAND_CHARS),
@@ -381,9 +395,8 @@ impl Aggregator {
     fn kind_facts(&self) -> Vec<snapshot::KindFacts<'_>> {
         self.processes
             .iter()
-            .enumerate()
-            .map(|(index, state)| snapshot::KindFacts {
-                id: ProcessId(u32::try_from(index).unwrap_or(u32::MAX)),
+            .map(|(&id, state)| snapshot::KindFacts {
+                id,
                 tgid: state.tgid,
                 parent: state.parent,
                 parent_tgid: state.parent_tgid,
@@ -398,6 +411,12 @@ impl Aggregator {
     /// Ends the run at `end_ns` and builds the report.
     pub fn finish(mut self, end_ns: u64, meta: RunMeta) -> Report {
         self.fit_path_buckets(self.relative(end_ns));
+        self.report_now(end_ns, meta)
+    }
+
+    /// The report of the run so far, as if it ended at `end_ns` (see
+    /// [`Aggregator::finish`]); tracing goes on.
+    fn build_report(&self, end_ns: u64, meta: RunMeta) -> Report {
         let processes = self.process_reports(end_ns);
         let paths = self.paths.path_reports(&self.stacks);
         let warnings = self.warnings(&meta, &processes);
@@ -416,7 +435,7 @@ impl Aggregator {
     }
 }
 
-/// Report building, called once by [`Aggregator::finish`].
+/// Report building, by [`Aggregator::finish`] and [`Aggregator::report_now`].
 impl Aggregator {
     /// One report per image, sorted by RSS growth descending (images
     /// without RSS last), ties by id.
@@ -426,9 +445,7 @@ impl Aggregator {
         let mut reports: Vec<ProcessReport> = self
             .processes
             .iter()
-            .enumerate()
-            .map(|(index, state)| {
-                let id = ProcessId(u32::try_from(index).unwrap_or(u32::MAX));
+            .map(|(&id, state)| {
                 let (bytes, peak_held) = sampled.get(&id).copied().unwrap_or_default();
                 let instance = instances.get(&(state.tgid, state.start_time_ns)).copied();
                 state.report(
@@ -453,7 +470,7 @@ impl Aggregator {
     fn instances(&self) -> HashMap<(u32, u64), u32> {
         let mut keys: Vec<(u32, u64)> = self
             .processes
-            .iter()
+            .values()
             .map(|s| (s.tgid, s.start_time_ns))
             .collect();
         keys.sort_unstable();
@@ -551,9 +568,10 @@ impl Aggregator {
         };
         for p in processes {
             totals.processes += 1;
-            match p.role {
-                Role::Root => totals.roots += 1,
-                Role::Worker => totals.workers += 1,
+            if p.role.is_root() {
+                totals.roots += 1;
+            } else if p.role == Role::Worker {
+                totals.workers += 1;
             }
             if let Some(c) = &p.counters {
                 totals.anon_growth_bytes =

@@ -4,6 +4,8 @@
 //! read in it ([`PythonStatus`]).
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use memtrace_common::ProcessCounters;
 use serde::{Deserialize, Serialize};
@@ -63,16 +65,59 @@ pub enum MappingKind {
     Shmem,
 }
 
+/// Whether frames show their files as the code object names them
+/// (`--full-paths`) instead of [`display_file`]'s short form.
+static FULL_PATHS: AtomicBool = AtomicBool::new(false);
+
+/// memtrace's working folder with a trailing `/`, read once.
+static WORKING_FOLDER: OnceLock<Option<String>> = OnceLock::new();
+
+/// Makes every frame show its full file path (`--full-paths`) or not.
+pub fn show_full_paths(full: bool) {
+    FULL_PATHS.store(full, Ordering::Relaxed);
+}
+
+/// A Python file as frames show it, the way py-spy does: relative to the
+/// working folder when under it, to `site-packages`/`dist-packages` for an
+/// installed package, to `lib/pythonX.Y` for the standard library
+/// (`json/decoder.py`); otherwise, and with `--full-paths`, as written.
+pub fn display_file(file: &str) -> &str {
+    if FULL_PATHS.load(Ordering::Relaxed) || !file.starts_with('/') {
+        return file;
+    }
+    for marker in ["/site-packages/", "/dist-packages/"] {
+        if let Some(at) = file.find(marker) {
+            return &file[at + marker.len()..];
+        }
+    }
+    for marker in ["/lib/python", "/lib64/python"] {
+        if let Some(at) = file.find(marker) {
+            let version_end = file[at + marker.len()..].find('/');
+            if let Some(end) = version_end {
+                return &file[at + marker.len() + end + 1..];
+            }
+        }
+    }
+    let cwd = WORKING_FOLDER.get_or_init(|| {
+        let dir = std::env::current_dir().ok()?;
+        Some(format!("{}/", dir.to_str()?.trim_end_matches('/')))
+    });
+    match cwd {
+        Some(cwd) if cwd != "/" => file.strip_prefix(cwd.as_str()).unwrap_or(file),
+        _ => file,
+    }
+}
+
 impl fmt::Display for Frame {
-    /// `function (file:line)`, `symbol`, `[file NAME]` / `[shmem NAME]`, or
-    /// `[reason]`.
+    /// `function (file:line)` (the file as [`display_file`] shows it),
+    /// `symbol`, `[file NAME]` / `[shmem NAME]`, or `[reason]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Python {
                 function,
                 file,
                 line,
-            } => write!(f, "{function} ({file}:{line})"),
+            } => write!(f, "{function} ({}:{line})", display_file(file)),
             Self::Native { symbol, .. } => f.write_str(symbol),
             Self::Mapping { mapping, name } => match mapping {
                 MappingKind::File => write!(f, "[file {name}]"),
@@ -311,5 +356,25 @@ mod tests {
             reason: "no thread state".to_owned(),
         };
         assert_eq!(unknown.to_string(), "[no thread state]");
+    }
+
+    #[test]
+    fn files_show_py_spy_style() {
+        assert_eq!(
+            display_file("/usr/lib/python3.11/json/decoder.py"),
+            "json/decoder.py"
+        );
+        assert_eq!(
+            display_file("/srv/venv/lib/python3.12/site-packages/flask/app.py"),
+            "flask/app.py"
+        );
+        assert_eq!(
+            display_file("<frozen importlib._bootstrap>"),
+            "<frozen importlib._bootstrap>"
+        );
+        let cwd = std::env::current_dir().unwrap();
+        let inside = format!("{}/pkg/mod.py", cwd.display());
+        assert_eq!(display_file(&inside), "pkg/mod.py");
+        assert_eq!(display_file("/elsewhere/app.py"), "/elsewhere/app.py");
     }
 }

@@ -60,6 +60,12 @@ impl PathTable {
             .peak_held_bytes = bytes;
     }
 
+    /// Drops every path of the images `processes`.
+    pub(super) fn forget(&mut self, processes: &[ProcessId]) {
+        let gone: std::collections::HashSet<ProcessId> = processes.iter().copied().collect();
+        self.paths.retain(|(process, _), _| !gone.contains(process));
+    }
+
     /// Re-buckets every path's timeline into buckets of `width`.
     pub(super) fn rebucket(&mut self, width: BucketWidth) {
         for path in self.paths.values_mut() {

@@ -205,13 +205,14 @@ pub(super) fn write_allocation_files(
     meta: &RunMeta,
     common: &CommonArgs,
     folded: &Path,
-) {
+) -> Vec<std::path::PathBuf> {
     let weight = alloc_weight(common.alloc_weight);
     let run = ProfileRun {
         command: &meta.command,
         duration_ns: meta.duration_ns,
         inverted: common.render.inverted,
     };
+    let mut written = Vec::new();
     let mut formats = vec![Format::Folded];
     for format in common.format.iter().map(|&arg| Format::from(arg)) {
         if !formats.contains(&format) {
@@ -224,19 +225,20 @@ pub(super) fn write_allocation_files(
         };
         let extension = match format {
             Format::Folded => "folded",
-            _ => super::output::format_extension(format).unwrap_or("out"),
+            _ => super::files::format_extension(format).unwrap_or("out"),
         };
         let path = folded.with_extension(format!("allocations.{extension}"));
         match write_file(&path, common.force, |out| {
             render(allocations, weight, &run, out)
         }) {
-            Ok(()) => eprintln!("memtrace: wrote {}", path.display()),
+            Ok(()) => written.push(path),
             Err(err) => eprintln!(
                 "memtrace: warning: {err:#}; the allocations file `{}` is not written",
                 path.display()
             ),
         }
     }
+    written
 }
 
 /// `memtrace report FILE --allocations`: what draws the allocation paths
@@ -249,8 +251,8 @@ pub(super) fn write_allocation_files(
 pub(super) fn report_renderer<'a>(
     diagnosed: &'a Diagnosed,
     args: &'a ReportArgs,
+    format: Format,
 ) -> anyhow::Result<impl FnOnce(&mut dyn io::Write) -> anyhow::Result<()> + 'a> {
-    let format = Format::from(args.format);
     if args.render.per_process {
         anyhow::bail!("--allocations draws one file: --per-process does not apply");
     }

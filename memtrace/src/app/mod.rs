@@ -3,11 +3,15 @@
 //! loop: drain the ring buffer and turn each record into the aggregation
 //! step's calls (`records`), sample the kernel's per-process counters,
 //! probe new processes for CPython (`probing`), show progress; on stop,
-//! diagnose and write and print the report (`output`). `report` replays a
-//! capture into the same output; `diff` is `crate::diff`.
+//! diagnose and write and print the report (`output`, into the files chosen
+//! before tracing: `files`). `report` replays a
+//! capture into the same output; `diff` is `crate::diff`; `agent` runs
+//! `memtrace agent`'s long session.
 
+mod agent;
 mod allocations;
 mod census;
+mod files;
 mod native;
 mod output;
 mod probing;
@@ -40,27 +44,29 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Command::Run(args) => run_command(&args.command, args.python_malloc, args.common).await,
             Command::Report(args) => output::report_command(&args),
             Command::Diff(args) => crate::diff::run(&args),
+            Command::Agent(args) => agent::run(args).await,
         }
     })
 }
 
 /// `memtrace record --pid ...`: traces running processes and, unless
 /// `--no-follow-forks`, their existing descendants and later forks.
-async fn record(pids: Vec<u32>, allow_init: bool, common: CommonArgs) -> Result<ExitCode> {
+async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Result<ExitCode> {
     for &pid in &pids {
         check_target(pid, allow_init, common.no_follow_forks)?;
     }
+    let files = files::RunFiles::prepare(&mut common)?;
     let command = format!("memtrace record --pid {}", join(&pids));
     let (mut session, mut reader) = Session::start(&common, &command)?;
     for &pid in &pids {
-        let root = session.add_running(pid, None, Role::Root)?;
+        let root = session.add_running(pid, None, root_role(pid))?;
         if !common.no_follow_forks {
             session.add_descendants(pid, root);
         }
     }
     session.attached(false);
     session.trace(&mut reader, &common, None).await?;
-    session.finish(&reader, &common, None)
+    session.finish(&reader, &common, &files, None)
 }
 
 /// `memtrace run -- CMD`: starts the command held before its execve, traces
@@ -69,8 +75,9 @@ async fn record(pids: Vec<u32>, allow_init: bool, common: CommonArgs) -> Result<
 async fn run_command(
     argv: &[std::ffi::OsString],
     python_malloc: bool,
-    common: CommonArgs,
+    mut common: CommonArgs,
 ) -> Result<ExitCode> {
+    let files = files::RunFiles::prepare(&mut common)?;
     let command = argv
         .iter()
         .map(|a| a.to_string_lossy())
@@ -90,7 +97,7 @@ async fn run_command(
         .trace(&mut reader, &common, Some(&mut child))
         .await?;
     let status = session::stop_child(&mut child);
-    session.finish(&reader, &common, status)
+    session.finish(&reader, &common, &files, status)
 }
 
 /// Refuses a `record --pid` target that cannot or should not be traced: a
@@ -107,6 +114,19 @@ fn check_target(pid: u32, allow_init: bool, no_follow_forks: bool) -> Result<()>
         );
     }
     Ok(proc::check_traceable(pid)?)
+}
+
+/// The role of `record --pid PID`: a worker of an untraced master
+/// ([`Role::ForkedRoot`]) when its parent forked it without an exec, else a
+/// root.
+fn root_role(pid: u32) -> Role {
+    // Not the children of the scheduler, init or kthreadd.
+    let parent = proc::parent_pid(pid).filter(|&ppid| ppid > 2);
+    if parent.is_some_and(|parent| proc::forked_without_exec(pid, parent)) {
+        Role::ForkedRoot
+    } else {
+        Role::Root
+    }
 }
 
 fn join(pids: &[u32]) -> String {

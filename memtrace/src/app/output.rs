@@ -11,12 +11,13 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
+use super::files::RunFiles;
 use super::session::{monotonic_ns, Session};
 use crate::{
     aggregate::{ExitStatus, RunMeta, Weight},
     capture,
-    cli::{CommonArgs, FormatArg, RenderArgs, ReportArgs, WeightArg},
-    diagnose::{self, Diagnosed},
+    cli::{CommonArgs, FormatArg, GateArgs, RenderArgs, ReportArgs, WeightArg},
+    diagnose::{self, gate::GATE_EXIT_STATUS, Diagnosed},
     events::RecordReader,
     output_file,
     report::{self, Format, RenderOptions},
@@ -24,7 +25,8 @@ use crate::{
 
 impl Session {
     /// Ends the run: closes the capture, diagnoses, writes the report files
-    /// (folded stacks, JSON, and each `--format`) and prints the table.
+    /// (`files`: folded stacks, JSON, `-o` or each `--format`) and prints
+    /// the table, which ends with the files written and the verdict.
     /// Returns `command_status` as the exit code (`memtrace run`: the
     /// command's status, 128 + signal when a signal killed it), else
     /// success.
@@ -32,6 +34,7 @@ impl Session {
         mut self,
         reader: &RecordReader,
         common: &CommonArgs,
+        files: &RunFiles,
         command_status: Option<ExitStatus>,
     ) -> Result<ExitCode> {
         let end_ns = monotonic_ns().max(self.start_ns);
@@ -70,29 +73,13 @@ impl Session {
         }
         let diagnosed = diagnose::diagnose_with_census(report, allocations, census);
         let options = render_options(&common.render);
-        let written = write_report_files(&diagnosed, options.weight, &common.output_dir);
-        if let Some(written) = &written {
-            for path in write_format_files(&diagnosed, common, &options, &written.folded) {
-                eprintln!("memtrace: wrote {}", path.display());
-            }
-            if let Some(allocations) = &diagnosed.allocations {
-                super::allocations::write_allocation_files(
-                    allocations,
-                    &diagnosed.meta,
-                    common,
-                    &written.folded,
-                );
-            }
-        }
+        let written = files.write(&diagnosed, common, &options);
         if let Some(reason) = stop {
             eprintln!("memtrace: stopped: {}", reason.describe());
         }
         let mut stdout = io::stdout().lock();
-        match &written {
-            Some(written) => report::table::render(&diagnosed, &options, written, &mut stdout),
-            None => report::table::render_summary(&diagnosed, &options, &mut stdout),
-        }
-        .context("cannot print the report")?;
+        report::table::render(&diagnosed, &options, &written, &mut stdout)
+            .context("cannot print the report")?;
         if let Some(allocations) = &diagnosed.allocations {
             report::allocations::render_text(
                 allocations,
@@ -102,12 +89,26 @@ impl Session {
             )
             .context("cannot print the report")?;
         }
+        if let Some(code) = gate(&common.gate, &diagnosed) {
+            return Ok(code);
+        }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
     }
 }
 
-/// The drawing options of `args`.
+/// The CI gate of `args` on `diagnosed`: when it trips, the one line saying
+/// why (standard error, after the report) and [`GATE_EXIT_STATUS`], which
+/// wins over `run`'s command status.
+fn gate(args: &GateArgs, diagnosed: &Diagnosed) -> Option<ExitCode> {
+    let reason = args.gate().check(diagnosed)?;
+    eprintln!("memtrace: gate: {reason}: exit status {GATE_EXIT_STATUS}");
+    Some(ExitCode::from(GATE_EXIT_STATUS))
+}
+
+/// The drawing options of `args` (and, for every frame drawn from now on,
+/// `--full-paths`).
 pub(super) fn render_options(args: &RenderArgs) -> RenderOptions {
+    crate::aggregate::show_full_paths(args.full_paths);
     RenderOptions {
         inverted: args.inverted,
         top: args.top,
@@ -138,8 +139,9 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
         capture.census(),
     );
     let options = render_options(&args.render);
+    let format = report_format(args.format, args.output.as_deref(), args.render.per_process)?;
     if args.allocations {
-        let render = super::allocations::report_renderer(&diagnosed, args)?;
+        let render = super::allocations::report_renderer(&diagnosed, args, format)?;
         write_output(args, render)?;
     } else if args.render.per_process {
         let dir = args.output.clone().unwrap_or_else(|| PathBuf::from("."));
@@ -147,7 +149,7 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
             .with_context(|| format!("cannot create the folder `{}`", dir.display()))?;
         for path in report::render_per_process(
             &diagnosed,
-            args.format.into(),
+            format,
             &options,
             &dir,
             report::PER_PROCESS_STEM,
@@ -157,10 +159,28 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
         }
     } else {
         write_output(args, |out| {
-            render_with_allocations(&diagnosed, args.format.into(), &options, out)
+            render_with_allocations(&diagnosed, format, &options, out)
         })?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(gate(&args.gate, &diagnosed).unwrap_or(ExitCode::SUCCESS))
+}
+
+/// The format of `memtrace report`: `--format`, else (without
+/// `--per-process`, whose `-o` is a folder of flame graphs) the name of
+/// `-o FILE`, else the table.
+///
+/// # Errors
+/// `-o` names no known format.
+fn report_format(
+    format: Option<FormatArg>,
+    output: Option<&Path>,
+    per_process: bool,
+) -> Result<Format> {
+    let explicit = format.map(Format::from);
+    if per_process {
+        return Ok(explicit.unwrap_or(Format::Flamegraph));
+    }
+    Ok(report::output_format(explicit, output)?)
 }
 
 /// Writes what `render` writes to `-o OUT` or standard output.
@@ -207,81 +227,6 @@ fn render_with_allocations(
     Ok(())
 }
 
-/// File name ending of each `--format` written at the end of `record`/`run`
-/// (after the `memtrace-<UTC stamp>` stem of the folded and JSON files);
-/// `None` for the formats always written (folded, JSON).
-pub(super) fn format_extension(format: Format) -> Option<&'static str> {
-    match format {
-        Format::Table => Some("txt"),
-        Format::Flamegraph => Some("svg"),
-        Format::Speedscope => Some("speedscope.json"),
-        Format::Pprof => Some("pb.gz"),
-        Format::Html => Some("html"),
-        Format::Folded | Format::Json => None,
-    }
-}
-
-/// Writes each `--format` of `common` next to the folded stacks file
-/// `folded` (same stem, [`format_extension`]); with `--per-process`, the
-/// flame graph as one file per process (`<stem>-tgid-<tgid>.svg`). A format
-/// that cannot be written (an existing file without `--force` included) is
-/// a warning on standard error and the others are still written. Returns
-/// the files written.
-fn write_format_files(
-    diagnosed: &Diagnosed,
-    common: &CommonArgs,
-    options: &RenderOptions,
-    folded: &Path,
-) -> Vec<PathBuf> {
-    let mut written = Vec::new();
-    for format in common.format.iter().map(|&arg| Format::from(arg)) {
-        match write_format_file(diagnosed, format, common, options, folded) {
-            Ok(paths) => written.extend(paths),
-            Err(err) => eprintln!(
-                "memtrace: warning: {err:#}; the `{}` report is not written",
-                report::format_name(format)
-            ),
-        }
-    }
-    written
-}
-
-/// Writes `format` next to `folded` (see [`write_format_files`]); nothing
-/// for the formats always written.
-fn write_format_file(
-    diagnosed: &Diagnosed,
-    format: Format,
-    common: &CommonArgs,
-    options: &RenderOptions,
-    folded: &Path,
-) -> Result<Vec<PathBuf>> {
-    if format == Format::Flamegraph && common.render.per_process {
-        let dir = folded.parent().unwrap_or(Path::new("."));
-        let stem = folded
-            .file_stem()
-            .map_or_else(|| "memtrace".into(), |s| s.to_string_lossy());
-        return Ok(report::render_per_process(
-            diagnosed,
-            format,
-            options,
-            dir,
-            &stem,
-            common.force,
-        )?);
-    }
-    let Some(extension) = format_extension(format) else {
-        return Ok(Vec::new());
-    };
-    let path = folded.with_extension(extension);
-    let file = output_file::create(&path, common.force)
-        .with_context(|| format!("cannot create report file `{}`", path.display()))?;
-    let mut out = BufWriter::new(file);
-    report::render(diagnosed, format, options, &mut out)?;
-    out.flush()
-        .with_context(|| format!("cannot write report file `{}`", path.display()))?;
-    Ok(vec![path])
-}
-
 /// Warns, before tracing, about `--per-process` without a flame graph to
 /// draw per process.
 pub(super) fn check_per_process(common: &CommonArgs) {
@@ -303,35 +248,4 @@ pub(super) fn check_output_dir(dir: &Path) -> Result<()> {
         .tempfile_in(dir)
         .with_context(|| format!("cannot write report files to `{}`", dir.display()))?;
     Ok(())
-}
-
-/// Writes the report files to `dir` (folded stacks weighed by `weight`); if
-/// that fails at the end of a trace
-/// (disk full, folder removed), to the system's temporary folder instead, so
-/// the trace is not lost. `None` (after a warning) when both fail.
-fn write_report_files(
-    diagnosed: &Diagnosed,
-    weight: Weight,
-    dir: &Path,
-) -> Option<report::WrittenFiles> {
-    let err = match report::write_files(diagnosed, weight, dir) {
-        Ok(written) => return Some(written),
-        Err(err) => err,
-    };
-    let fallback = std::env::temp_dir();
-    eprintln!(
-        "memtrace: warning: {:#}; writing the report files to `{}` instead",
-        anyhow::Error::from(err),
-        fallback.display()
-    );
-    match report::write_files(diagnosed, weight, &fallback) {
-        Ok(written) => Some(written),
-        Err(err) => {
-            eprintln!(
-                "memtrace: warning: {:#}; no report file is written (the report follows)",
-                anyhow::Error::from(err)
-            );
-            None
-        }
-    }
 }

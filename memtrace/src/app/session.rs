@@ -43,15 +43,15 @@ const ALLOCATOR_MODE_COST: &str = "allocator mode: every allocator call of the t
 /// How often the kernel's per-process counters are read (the recorder keeps
 /// about one read per process per second for the RSS timeline, with PSS and
 /// USS), new processes probed for CPython, and progress shown.
-const TICK: Duration = Duration::from_millis(200);
+pub(super) const TICK: Duration = Duration::from_millis(200);
 /// How often a long drain stops to probe new processes for CPython.
 const PROBE_DURING_DRAIN: Duration = Duration::from_millis(5);
 /// How often the ring buffer is drained when the kernel has not woken us.
-const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+pub(super) const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 /// Bytes pending in the ring buffer before the kernel wakes the reader.
 const WAKEUP_THRESHOLD_BYTES: u64 = 256 * 1024;
 /// How often the capture file is flushed (and held-at-peak values sent).
-const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+pub(super) const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why tracing stopped.
 #[derive(Clone, Copy, Debug)]
@@ -136,6 +136,16 @@ impl Session {
     /// Loads and attaches the kernel side and creates the capture file;
     /// returns the session and the reader of its ring buffer.
     pub(super) fn start(common: &CommonArgs, command: &str) -> Result<(Self, RecordReader)> {
+        Self::start_with_ring(common, command, None)
+    }
+
+    /// [`Session::start`] with a records ring buffer of `ring_bytes` (`None`:
+    /// the object's 32 MiB).
+    pub(super) fn start_with_ring(
+        common: &CommonArgs,
+        command: &str,
+        ring_bytes: Option<u32>,
+    ) -> Result<(Self, RecordReader)> {
         let load_started = Instant::now();
         super::output::check_output_dir(&common.output_dir)?;
         super::output::check_per_process(common);
@@ -144,6 +154,7 @@ impl Session {
             follow_forks: !common.no_follow_forks,
             wakeup_threshold_bytes: WAKEUP_THRESHOLD_BYTES,
             allocations: common.allocations,
+            ring_bytes,
         };
         let mut tracer = Tracer::load(&options)?;
         tracer.set_debug_dirs(&common.debug_dir);
@@ -251,8 +262,14 @@ impl Session {
             } else {
                 self.tree.id_of(parent)
             };
+            // A fork that exec'd since runs a program of its own.
+            let role = if proc::exec_since_fork(child, parent) {
+                Role::Child
+            } else {
+                Role::Worker
+            };
             // A descendant may exit between the listing and now.
-            let _ = self.add_running(child, parent_id, Role::Worker);
+            let _ = self.add_running(child, parent_id, role);
         }
     }
 
@@ -334,7 +351,7 @@ impl Session {
 
     /// Sends held-at-peak changes and flushes the capture file; a write
     /// error stops the capture (one warning) while tracing goes on.
-    fn flush(&mut self) {
+    pub(super) fn flush(&mut self) {
         let (entries, bytes) = self.recorder.held_map_size();
         self.held_map_peak = (
             self.held_map_peak.0.max(entries),
@@ -353,7 +370,7 @@ impl Session {
 
     /// Periodic work: counters (with PSS/USS) into the timeline, thinned by
     /// the recorder; processes whose exit record was lost.
-    fn tick(&mut self) {
+    pub(super) fn tick(&mut self) {
         let now_ns = monotonic_ns();
         let Ok(all) = self.tracer.counters() else {
             return;
@@ -402,8 +419,9 @@ impl Session {
         self.missing = missing;
     }
 
-    /// The last counter read of every open image, at the end of the trace.
-    fn final_counters(&mut self) {
+    /// A kept counter read (with PSS/USS) of every open image now: at the end
+    /// of the trace, and at each window of `memtrace agent`.
+    pub(super) fn final_counters(&mut self) {
         let now_ns = monotonic_ns();
         let Ok(all) = self.tracer.counters() else {
             return;
@@ -424,7 +442,7 @@ impl Session {
     /// native stacks of a new process's first records can take tens of
     /// milliseconds, and its Python frames are walked only once its
     /// interpreter is found.
-    fn drain_and_probe(&mut self, reader: &mut RecordReader) {
+    pub(super) fn drain_and_probe(&mut self, reader: &mut RecordReader) {
         let mut probed = Instant::now();
         reader.drain(|record| {
             self.handle(record);
@@ -504,7 +522,7 @@ fn reap(child: &mut Option<&mut Child>) {
     }
 }
 
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+pub(super) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

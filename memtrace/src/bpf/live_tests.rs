@@ -150,6 +150,7 @@ fn trace_one(python: &PathBuf) {
         sample_interval_bytes: 512 << 10,
         follow_forks: true,
         wakeup_threshold_bytes: 256 << 10,
+        ring_bytes: None,
     };
     let mut tracer = Tracer::load(&options).expect("load");
     for size in tracer.program_sizes().expect("program sizes") {

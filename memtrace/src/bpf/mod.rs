@@ -274,6 +274,9 @@ pub struct TracerOptions {
     /// Allocator mode: load the `alloc_*` uprobes (attached per process with
     /// [`Tracer::attach_allocator`]) and fill their sampling draws.
     pub allocations: bool,
+    /// Records ring-buffer bytes (a power of two of pages; `None`: 32 MiB),
+    /// which count in memtrace's RSS once written.
+    pub ring_bytes: Option<u32>,
 }
 
 /// Size of one verified program, for diagnostics.
@@ -318,7 +321,11 @@ impl Tracer {
         let offsets = kernel_offsets(Path::new(VMLINUX_BTF_PATH))?;
         let sample_interval_bytes = opts.sample_interval_bytes.max(1);
         let follow_forks = u32::from(opts.follow_forks);
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        if let Some(bytes) = opts.ring_bytes {
+            loader.map_max_entries(RECORDS_MAP, bytes);
+        }
+        let mut ebpf = loader
             .override_global(globals::SAMPLE_INTERVAL_BYTES, &sample_interval_bytes, true)
             .override_global(
                 globals::WAKEUP_THRESHOLD_BYTES,

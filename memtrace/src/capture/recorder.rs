@@ -389,6 +389,24 @@ impl<W: Write> Recorder<W> {
         }
     }
 
+    /// The report of the run so far, as if it ended at `now_ns` (see
+    /// [`Aggregator::report_now`]); tracing goes on.
+    pub fn report_now(&self, now_ns: u64, meta: RunMeta) -> Report {
+        self.aggregator.report_now(now_ns, meta)
+    }
+
+    /// Forgets the images that ended (see [`Aggregator::compact_ended`]),
+    /// in the aggregator and the held-page map; returns how many. Only for
+    /// a session without a capture file (a capture refers to every image).
+    pub fn compact_ended(&mut self) -> usize {
+        let ended = self.aggregator.compact_ended();
+        for &id in &ended {
+            self.last_kept.remove(&id);
+            self.held.forget_ended(id);
+        }
+        ended.len()
+    }
+
     /// Live entries and estimated heap bytes of the held-page map now.
     pub fn held_map_size(&self) -> (u64, u64) {
         let stats = self.held.stats();

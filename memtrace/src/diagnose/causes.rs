@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{Frame, PathReport, ProcessId, ProcessKind, ProcessReport, Report, StackId};
 
+use super::amount::{self, Amount};
+use super::paths::held_until;
 use super::{Finding, Pattern, Scope, Strength};
 
 /// Places named per cause.
@@ -47,6 +49,10 @@ pub struct Cause {
     pub places: Vec<Place>,
     /// What to do next (its first finding's).
     pub next_step: String,
+    /// How much, per process: the numbers its headline, "how much" and
+    /// "where" speak of.
+    #[serde(default)]
+    pub amount: Amount,
 }
 
 /// A place in the code that holds a cause's memory: the innermost frame of
@@ -109,6 +115,7 @@ pub fn causes(report: &Report, findings: &[Finding]) -> Vec<Cause> {
                     processes: Vec::new(),
                     places: Vec::new(),
                     next_step: finding.next_step.clone(),
+                    amount: Amount::default(),
                 });
             }
         }
@@ -123,7 +130,17 @@ pub fn causes(report: &Report, findings: &[Finding]) -> Vec<Cause> {
     {
         add_retaining_siblings(report, findings, cause);
     }
-    merge_same_growth(report, findings, causes)
+    let mut causes = merge_same_growth(report, findings, causes);
+    for cause in &mut causes {
+        cause.amount = amount::of(
+            report,
+            findings,
+            cause.pattern,
+            &cause.findings,
+            &cause.processes,
+        );
+    }
+    causes
 }
 
 /// Adds to a retention cause about workers their sibling workers that hold
@@ -290,6 +307,18 @@ fn places(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Place> {
         .flat_map(|&i| findings[i].paths.iter().copied())
         .collect();
     let in_cause = |p: &&PathReport| cause.processes.contains(&p.process);
+    let teardowns: Vec<(ProcessId, Option<u64>)> = cause
+        .processes
+        .iter()
+        .map(|&id| (id, amount::teardown_from_ns(report, id)))
+        .collect();
+    let measure = |pattern, path: &PathReport| {
+        let until = teardowns
+            .iter()
+            .find(|(id, _)| *id == path.process)
+            .and_then(|(_, until)| *until);
+        measure(pattern, path, until)
+    };
     let total: u64 = report
         .paths
         .iter()
@@ -343,41 +372,52 @@ fn places(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Place> {
 #[derive(Clone, Copy)]
 enum Measure {
     /// Held at the high-water mark: a spike, every worker large, worker
-    /// multiplication.
+    /// multiplication, file-backed growth (file pages read and unmapped
+    /// again hold nothing at the end).
     HeldAtPeak,
     /// Copy-on-write bytes: un-sharing.
     CopyOnWrite,
-    /// Held at the end: retention and the rest.
+    /// Held at the end (of the active life, when the process's teardown
+    /// released it): retention and the rest.
     HeldAtEnd,
 }
 
 impl Measure {
     fn of(pattern: Pattern) -> Self {
         match pattern {
-            Pattern::Spike | Pattern::EveryWorkerLarge | Pattern::WorkerMultiplication => {
-                Self::HeldAtPeak
-            }
+            Pattern::Spike
+            | Pattern::EveryWorkerLarge
+            | Pattern::WorkerMultiplication
+            | Pattern::FileBackedGrowth => Self::HeldAtPeak,
             Pattern::CowUnsharing => Self::CopyOnWrite,
             _ => Self::HeldAtEnd,
         }
     }
 }
 
-/// The bytes of `path` that a cause of `pattern` is about.
-fn measure(pattern: Pattern, path: &PathReport) -> u64 {
+/// The bytes of `path` that a cause of `pattern` is about; `until_ns` is
+/// its process's teardown start, if it had one.
+fn measure(pattern: Pattern, path: &PathReport, until_ns: Option<u64>) -> u64 {
     match Measure::of(pattern) {
         Measure::HeldAtPeak => path.peak_held_bytes,
         Measure::CopyOnWrite => path.bytes.cow_bytes,
-        Measure::HeldAtEnd => path.bytes.held_now_bytes(),
+        Measure::HeldAtEnd => held_until(path, until_ns),
     }
 }
 
-/// What [`Place::bytes`] of a cause of `pattern` are, in words: `held at
-/// the end`, `held at the high-water mark`, `un-shared (copy-on-write)`.
-pub(crate) fn measure_name(pattern: Pattern) -> &'static str {
-    match Measure::of(pattern) {
+/// What [`Place::bytes`] of `cause` are, in words: `held at the end`
+/// (`held until it shut down` when its processes released it in their
+/// teardown), `held at the high-water mark`, `un-shared (copy-on-write)`.
+pub(crate) fn measure_name(cause: &Cause) -> &'static str {
+    let shut_down = cause
+        .amount
+        .each
+        .iter()
+        .any(|a| a.released_at_shutdown_bytes > 0);
+    match Measure::of(cause.pattern) {
         Measure::HeldAtPeak => "held at the high-water mark",
         Measure::CopyOnWrite => "un-shared (copy-on-write)",
+        Measure::HeldAtEnd if shut_down => "held until it shut down",
         Measure::HeldAtEnd => "held at the end",
     }
 }

@@ -125,6 +125,7 @@ fn fragmentation_finding(
         evidence,
         paths: old.paths.clone(),
         next_step: note.remedy(),
+        amount_bytes: note.held_free_bytes,
     }
 }
 

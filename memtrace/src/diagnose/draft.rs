@@ -88,6 +88,7 @@ impl Draft {
             evidence: self.evidence,
             paths: self.paths,
             next_step: self.next_step,
+            amount_bytes: self.impact_bytes,
         }
     }
 }

@@ -92,6 +92,11 @@ pub struct Finding {
     pub paths: Vec<StackId>,
     /// What the engineer should do next.
     pub next_step: String,
+    /// The bytes its summary quotes for its process (what it retained, how
+    /// far it rose, how much grew in file pages): its cause's "how much"
+    /// says the same number ([`super::Amount`]); 0 when unknown.
+    #[serde(default)]
+    pub amount_bytes: u64,
 }
 
 /// A report with its diagnosis: what every renderer draws. It reads as the

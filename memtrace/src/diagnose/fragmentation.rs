@@ -97,6 +97,7 @@ fn finding(
         ],
         paths,
         next_step: note.remedy(),
+        amount_bytes: note.held_free_bytes,
     }
 }
 

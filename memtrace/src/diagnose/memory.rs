@@ -7,6 +7,7 @@ use crate::aggregate::{ProcessReport, RssPoint};
 use crate::units::format_bytes;
 
 use super::seconds;
+use super::teardown::{self, Teardown};
 
 /// Which memory of a process a per-process finding reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,10 +42,12 @@ pub(super) struct Reading {
     pub(super) activity: u64,
 }
 
-/// One process image's memory over its life (which ends where its exit
-/// began or it exec'd: the report's timelines end there), as a finding
-/// reads it. On [`Basis::Rss`] the start, end and peak are the image's
-/// [`crate::aggregate::RssSummary`], the numbers of the process table.
+/// One process image's memory over its active life (which ends where its
+/// exit began or it exec'd: the report's timelines end there; or, when its
+/// last moments were the program's own [`Teardown`], where that began), as
+/// a finding reads it. On [`Basis::Rss`] the start and peak are the image's
+/// [`crate::aggregate::RssSummary`], the numbers of the process table, and
+/// so is the end unless a teardown came before it.
 #[derive(Clone, Debug)]
 pub(super) struct Memory {
     pub(super) basis: Basis,
@@ -52,6 +55,11 @@ pub(super) struct Memory {
     pub(super) start_bytes: u64,
     pub(super) end_bytes: u64,
     pub(super) peak_bytes: u64,
+    /// How long the active life lasted (the image's traced time, less its
+    /// teardown).
+    pub(super) life_ns: u64,
+    /// The teardown cut off the end, if there was one.
+    pub(super) teardown: Option<Teardown>,
 }
 
 impl Memory {
@@ -76,13 +84,29 @@ impl Memory {
             Basis::Rss => (rss.start_bytes, rss.end_bytes, rss.peak_bytes.max(highest)),
             Basis::WithoutFile => (readings.first()?.bytes, readings.last()?.bytes, highest),
         };
-        Some(Self {
+        let whole = Self {
             basis,
             readings,
             start_bytes,
             end_bytes,
             peak_bytes,
+            life_ns: p.traced_ns,
+            teardown: None,
+        };
+        Some(match teardown::of(p, &whole) {
+            Some(teardown) => whole.before(p, teardown),
+            None => whole,
         })
+    }
+
+    /// This memory cut where `teardown` began: its readings up to that
+    /// one, its end that reading.
+    fn before(mut self, p: &ProcessReport, teardown: Teardown) -> Self {
+        self.readings.truncate(teardown.from_index + 1);
+        self.end_bytes = self.readings[teardown.from_index].bytes;
+        self.life_ns = teardown.from_ns.saturating_sub(p.started_ns);
+        self.teardown = Some(teardown);
+        self
     }
 
     /// `end - start`, 0 when it shrank.
@@ -95,9 +119,10 @@ impl Memory {
         self.peak_bytes.saturating_sub(self.start_bytes)
     }
 
-    /// `tgid N (`label`): RSS a -> b (peak c) over T`.
+    /// `tgid N (`label`): RSS a -> b (peak c) over T`, then `, then
+    /// released X while shutting down` after a teardown.
     pub(super) fn line(&self, p: &ProcessReport) -> String {
-        format!(
+        let mut line = format!(
             "{} (`{}`): {} {} -> {} (peak {}) over {}",
             p.name(),
             p.label(),
@@ -105,8 +130,17 @@ impl Memory {
             format_bytes(self.start_bytes),
             format_bytes(self.end_bytes),
             format_bytes(self.peak_bytes),
-            seconds(p.traced_ns)
-        )
+            seconds(self.life_ns)
+        );
+        if let Some(teardown) = &self.teardown {
+            line.push_str(&format!(", then {}", teardown.phrase()));
+        }
+        line
+    }
+
+    /// The teardown's evidence line, when there was one.
+    pub(super) fn teardown_line(&self, p: &ProcessReport) -> Option<String> {
+        self.teardown.map(|t| t.line(p, self.basis.what()))
     }
 }
 

@@ -39,6 +39,7 @@
 //!   freed gets a [`Pattern::AllocatorFragmentation`] finding
 //!   (`fragmentation`) instead of a retention finding.
 
+mod amount;
 mod causes;
 mod census;
 mod cow;
@@ -46,9 +47,11 @@ mod draft;
 mod files;
 mod finding;
 mod fragmentation;
+pub mod gate;
 mod memory;
 mod paths;
 mod process;
+mod teardown;
 mod tree;
 
 #[cfg(test)]
@@ -59,6 +62,7 @@ use std::cmp::Reverse;
 use crate::aggregate::{Frame, ProcessId, ProcessReport, Report, StackId};
 use crate::units::format_bytes;
 
+pub use amount::{Amount, ProcessAmount, Step};
 pub(crate) use causes::{measure_name, place_frame, place_of};
 pub use causes::{Cause, Place};
 use draft::{trace_too_short, Draft};
@@ -411,11 +415,17 @@ fn unmatched_growth(report: &Report, p: &ProcessReport, memory: &Memory) -> Draf
         "no known pattern fits its RSS timeline, so these numbers do not say why it grew"
             .to_owned(),
     ));
-    let names: Vec<String> = paths
+    let mut names: Vec<String> = Vec::new();
+    for name in paths
         .iter()
         .filter_map(|path| path.stacks.first())
         .map(|&stack| path_name(report, stack))
-        .collect();
+    {
+        // Several stacks end in the same line: it is named once.
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
     draft.next_step = if names.is_empty() {
         format!(
             "find what {} allocates (no sampled path explains it: record with a smaller \

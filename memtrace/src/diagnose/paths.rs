@@ -45,6 +45,37 @@ pub(super) enum Rank {
     Peak,
     /// Held at the process's end (what it kept: retention, growth).
     End,
+    /// Held at the end of its active life, when its teardown began at this
+    /// time (ns since the run start): what it kept until it shut down
+    /// ([`held_until`]).
+    Until(u64),
+}
+
+impl Rank {
+    /// [`Rank::Until`] the teardown's start, else `rank`.
+    pub(super) fn before_teardown(
+        rank: Self,
+        teardown: Option<&super::teardown::Teardown>,
+    ) -> Self {
+        teardown.map_or(rank, |t| Self::Until(t.from_ns))
+    }
+}
+
+/// The bytes `path` held by `until_ns` at most (the highest running sum of
+/// its buckets' held changes over the buckets starting by then: a bucket
+/// may hold both the last growth and the first of the release); its bytes
+/// held at the end when `until_ns` is `None`.
+pub(super) fn held_until(path: &PathReport, until_ns: Option<u64>) -> u64 {
+    let Some(until_ns) = until_ns else {
+        return path.bytes.held_now_bytes();
+    };
+    let mut held: i64 = 0;
+    let mut most: i64 = 0;
+    for pt in path.timeline.iter().filter(|pt| pt.t_ns <= until_ns) {
+        held += pt.held_bytes;
+        most = most.max(held);
+    }
+    most.unsigned_abs()
 }
 
 /// The paths of one process that end in the same Python function (same
@@ -83,7 +114,9 @@ impl PathGroup<'_> {
     fn key(&self, rank: Rank) -> (u64, u64, u64) {
         match rank {
             Rank::Peak => (self.peak_held_bytes, self.held_end_bytes, self.grown_bytes),
-            Rank::End => (self.held_end_bytes, self.peak_held_bytes, self.grown_bytes),
+            Rank::End | Rank::Until(_) => {
+                (self.held_end_bytes, self.peak_held_bytes, self.grown_bytes)
+            }
         }
     }
 }
@@ -120,7 +153,8 @@ fn path_label(report: &Report, stack: StackId) -> String {
 }
 
 /// The paths of image `process` of `kind` that grew or held anything,
-/// grouped by function, ranked by `rank`; up to [`TOP_PATHS`] groups.
+/// grouped by function, ranked by `rank`; up to [`TOP_PATHS`] groups. With
+/// [`Rank::Until`], a group's `held_end_bytes` are held by then.
 pub(super) fn process_groups(
     report: &Report,
     process: ProcessId,
@@ -159,7 +193,7 @@ pub(super) fn process_groups(
         let group = &mut groups[index].1;
         group.paths.push(path);
         group.peak_held_bytes += path.peak_held_bytes;
-        group.held_end_bytes += path.bytes.held_now_bytes();
+        group.held_end_bytes += held_until(path, until(rank));
         group.grown_bytes += path.bytes.grown_bytes();
         group.samples += path.bytes.samples;
         group.peak_held_share += path.peak_held_share;
@@ -170,6 +204,14 @@ pub(super) fn process_groups(
     groups.sort_by_key(|(_, g)| std::cmp::Reverse(g.key(rank)));
     groups.truncate(TOP_PATHS);
     groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// The teardown start of [`Rank::Until`].
+fn until(rank: Rank) -> Option<u64> {
+    match rank {
+        Rank::Until(ns) => Some(ns),
+        Rank::Peak | Rank::End => None,
+    }
 }
 
 /// `, G grown (freed and touched again, counted at each touch)` when a path
@@ -381,9 +423,17 @@ impl HeldRise {
 
 /// How the summed held bytes of `paths` changed over buckets of
 /// `bucket_ns` (the running sum of their buckets' held changes is what they
-/// held then); `None` when they have no bucket with a held change.
-pub(super) fn held_rise(paths: &[&PathReport], bucket_ns: u64) -> Option<HeldRise> {
-    let changes = buckets(paths, bucket_ns, |pt| pt.held_bytes);
+/// held then) up to `until_ns` (a teardown's start; the end when `None`);
+/// `None` when they have no bucket with a held change.
+pub(super) fn held_rise(
+    paths: &[&PathReport],
+    bucket_ns: u64,
+    until_ns: Option<u64>,
+) -> Option<HeldRise> {
+    let mut changes = buckets(paths, bucket_ns, |pt| pt.held_bytes);
+    if let Some(until_ns) = until_ns {
+        changes.retain(|&(index, _)| index * bucket_ns.max(1) <= until_ns);
+    }
     let (first, last) = (changes.first()?.0, changes.last()?.0);
     let rises: Vec<u64> = changes
         .iter()
@@ -396,7 +446,7 @@ pub(super) fn held_rise(paths: &[&PathReport], bucket_ns: u64) -> Option<HeldRis
         span_buckets: last - first + 1,
         rising_buckets: rises.len() as u64,
         max_bucket_share: max_rise as f64 / total_rise.max(1) as f64,
-        held_end_bytes: paths.iter().map(|p| p.bytes.held_now_bytes()).sum(),
+        held_end_bytes: paths.iter().map(|p| held_until(p, until_ns)).sum(),
         grown_bytes: paths.iter().map(|p| p.bytes.grown_bytes()).sum(),
     })
 }

@@ -1,10 +1,10 @@
 //! Per-process patterns over time in the diagnosis step: a spike (sharp
 //! rise, released) and retention (memory that stays up once activity drops,
-//! or rises while idle), read from each image's memory over its life (which
-//! ends where its exit began or it exec'd, so the interpreter's
-//! finalization and the kernel's teardown are never a release), its
-//! activity (page faults and address-space syscalls between readings) and
-//! the bytes its paths hold.
+//! or rises while idle), read from each image's memory over its active life
+//! (which ends where its exit began or it exec'd, so the interpreter's
+//! finalization and the kernel's teardown are never a release, and before
+//! the program's own teardown: `teardown`), its activity (page faults and
+//! address-space syscalls between readings) and the bytes its paths hold.
 
 use crate::aggregate::{Frame, ProcessReport, Report};
 use crate::units::format_bytes;
@@ -66,7 +66,7 @@ fn spike(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draft> {
     let rise_ns = peak.t_ns - rise_start_ns;
     if rise < MIN_GROWTH_BYTES
         || (released as f64) < SPIKE_RELEASE_FRACTION * rise as f64
-        || rise_ns as f64 > SPIKE_MAX_RISE_FRACTION * p.traced_ns as f64
+        || rise_ns as f64 > SPIKE_MAX_RISE_FRACTION * memory.life_ns as f64
     {
         return None;
     }
@@ -84,9 +84,8 @@ fn spike(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draft> {
     );
     if let Some(group) = top {
         summary.push_str(&format!(
-            ", built by {} (held {} at the peak)",
-            function_name(report, group.top_stack()),
-            format_bytes(group.peak_held_bytes)
+            ", built by {}",
+            function_name(report, group.top_stack())
         ));
     }
     let mut draft = Draft::new(Pattern::Spike, Scope::of(p), rise, summary);
@@ -99,6 +98,7 @@ fn spike(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draft> {
         format_bytes(low_after)
     ));
     draft.evidence.extend(anon_counters_line(p));
+    draft.evidence.extend(memory.teardown_line(p));
     draft.name_paths(&paths::describe_groups(report, p, &groups));
     draft.weak_if(one_path_weakness(report, p, top));
     draft.weak_if(growth_too_small("the rise", rise));
@@ -247,10 +247,18 @@ enum Retained {
 fn retention(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draft> {
     let facts = RetentionFacts::of(memory);
     let (kind, retained) = classify_retention(&facts)?;
-    let groups = paths::process_groups(report, p.id, Kind::Own, Rank::End);
+    let teardown = memory.teardown.as_ref();
+    let rank = Rank::before_teardown(Rank::End, teardown);
+    let groups = paths::process_groups(report, p.id, Kind::Own, rank);
+    let until_ns = teardown.map(|t| t.from_ns);
     let steady: Vec<(&PathGroup<'_>, HeldRise)> = groups
         .iter()
-        .filter_map(|g| Some((g, paths::held_rise(&g.paths, report.path_bucket_ns)?)))
+        .filter_map(|g| {
+            Some((
+                g,
+                paths::held_rise(&g.paths, report.path_bucket_ns, until_ns)?,
+            ))
+        })
         .filter(|(_, rise)| rise.is_steady())
         .collect();
     let named: Vec<PathGroup<'_>> = if steady.is_empty() {
@@ -260,18 +268,19 @@ fn retention(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draf
     };
     let top = named.first();
     let top_function = top.map(|g| function_name(report, g.top_stack()));
-    let mut summary = retention_summary(p, kind, retained, &facts, memory.basis);
-    if let (Some(group), Some(function)) = (top, &top_function) {
-        summary.push_str(&format!(
-            ", held by {function} ({} at the end)",
-            format_bytes(group.held_end_bytes)
-        ));
+    let mut summary = retention_summary(p, kind, retained, &facts, memory);
+    if let Some(function) = &top_function {
+        summary.push_str(&format!(", held by {function}"));
+    }
+    if let Some(teardown) = teardown {
+        summary.push_str(&format!("; it {}", teardown.phrase()));
     }
     let mut draft = Draft::new(Pattern::Retention, Scope::of(p), retained, summary);
     draft.evidence.push(memory.line(p));
     draft
         .evidence
         .extend(retention_evidence(&facts, memory.basis));
+    draft.evidence.extend(memory.teardown_line(p));
     for (group, rise) in &steady {
         draft.evidence.push(format!(
             "held bytes kept rising (unbounded-cache signature): {} held more in {} of {} \
@@ -288,7 +297,11 @@ fn retention(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draf
     draft.name_paths(&paths::describe_groups(report, p, &named));
     draft.weak_if(growth_too_small("the retained growth", retained));
     draft.weak_if(too_few_readings(p));
-    draft.weak_if((kind == Retained::NeverIdle).then(|| {
+    // Memory held until the program's own shutdown released it, by a path
+    // whose held bytes kept rising all along, is told apart from load: load
+    // would not have stayed until the shutdown hook.
+    let held_to_shutdown = teardown.is_some() && !steady.is_empty();
+    draft.weak_if((kind == Retained::NeverIdle && !held_to_shutdown).then(|| {
         "activity never dropped, so load and retention cannot be told apart: record through \
          an idle period"
             .to_owned()
@@ -307,20 +320,17 @@ fn retention(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draf
     draft.next_step = match (&top_function, steady.is_empty()) {
         (Some(function), true) if import_time => format!(
             "nothing to bound: this is what the imports in {function} loaded (modules, their \
-             code and data: {} at the end), kept for the process's life; if it matters, import \
-             rarely used modules lazily, or import them in the master before it forks so \
-             workers share them",
-            format_bytes(top.map_or(0, |g| g.held_end_bytes))
+             code and data), kept for the process's life; if it matters, import rarely used \
+             modules lazily, or import them in the master before it forks so workers share them"
         ),
         (Some(function), false) => format!(
             "find what keeps the references {function} creates, and bound that cache \
              (a size limit or expiry) so idle memory falls back"
         ),
         (Some(function), true) => format!(
-            "check whether what {function} holds at the end ({}) is meant to stay: it stopped \
+            "check whether what {function} holds at the end is meant to stay: it stopped \
              growing, so it is a working set or a buffer of fixed size; drop the references \
-             when idle if it need not stay",
-            format_bytes(top.map_or(0, |g| g.held_end_bytes))
+             when idle if it need not stay"
         ),
         (None, _) => "find what keeps the retained memory (no sampled path explains it: \
                       record with a smaller --sample-bytes)"
@@ -354,10 +364,10 @@ fn retention_summary(
     kind: Retained,
     retained: u64,
     facts: &RetentionFacts,
-    basis: Basis,
+    memory: &Memory,
 ) -> String {
     let name = p.name();
-    let what = basis.what();
+    let what = memory.basis.what();
     match (kind, facts.idle_tail) {
         (Retained::WhileIdle, _) => format!(
             "{name} kept growing while idle: +{} of {what} added with little activity",
@@ -368,6 +378,11 @@ fn retention_summary(
             format_bytes(retained),
             seconds(tail.from_ns),
             seconds(tail.duration_ns)
+        ),
+        _ if memory.teardown.is_some() => format!(
+            "{name} grew +{} of {what} over {} and kept it until it shut down",
+            format_bytes(retained),
+            seconds(memory.life_ns)
         ),
         _ => format!(
             "{name} grew +{} of {what} and kept it until its end",

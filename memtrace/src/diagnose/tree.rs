@@ -184,7 +184,7 @@ fn grower_finding(
     let top = groups.first();
     let top_function = top.map(|g| function_name(report, g.top_stack()));
     let steady = top
-        .and_then(|g| paths::held_rise(&g.paths, report.path_bucket_ns))
+        .and_then(|g| paths::held_rise(&g.paths, report.path_bucket_ns, None))
         .is_some_and(|rise: HeldRise| rise.is_steady());
     let mut summary = format!(
         "{} {} grew +{} while its {} sibling(s) stayed flat (median +{})",
@@ -194,11 +194,8 @@ fn grower_finding(
         others.len(),
         format_bytes(median(&other_growth))
     );
-    if let (Some(group), Some(function)) = (top, &top_function) {
-        summary.push_str(&format!(
-            ", mostly in {function} ({} held at the end)",
-            format_bytes(group.held_end_bytes)
-        ));
+    if let Some(function) = &top_function {
+        summary.push_str(&format!(", mostly in {function}"));
     }
     let mut draft = Draft::new(Pattern::OneProcessGrows, Scope::of(grower), growth, summary);
     if let Some(memory) = Memory::of(grower, files::basis(grower)) {

@@ -14,7 +14,8 @@ use super::table::render_table;
 use super::{DiffError, Sides};
 use crate::aggregate::Report;
 use crate::capture;
-use crate::cli::{DiffArgs, FormatArg as Format};
+use crate::cli::DiffArgs;
+use crate::report::Format;
 
 /// Nanoseconds per second, for times shown in seconds.
 const NS_PER_S: f64 = 1e9;
@@ -49,11 +50,7 @@ impl Plan {
     /// [`DiffError::UnsupportedFormat`], [`DiffError::NothingToCompare`],
     /// [`DiffError::CapturesAndWindows`] or [`DiffError::WindowOrder`].
     pub fn from_args(args: &DiffArgs) -> Result<Self, DiffError> {
-        if !matches!(args.format, Format::Table | Format::Flamegraph) {
-            return Err(DiffError::UnsupportedFormat {
-                format: crate::report::format_name(args.format.into()).to_owned(),
-            });
-        }
+        diff_format(args)?;
         match (&args.after, args.from.zip(args.to)) {
             (Some(after), None) => Ok(Self::Captures {
                 before: args.before.clone(),
@@ -166,14 +163,29 @@ fn write_output(
 /// cannot be written.
 pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
     let plan = Plan::from_args(args)?;
+    let format = diff_format(args)?;
     let (diff, sides) = load(&plan)?;
-    write_output(args.output.as_deref(), args.force, |out| {
-        match args.format {
-            Format::Flamegraph => render_flamegraph(&diff, &sides, Measure::default(), out),
-            _ => render_table(&diff, &sides, out).map_err(DiffError::from_io(Path::new("-"))),
-        }
+    write_output(args.output.as_deref(), args.force, |out| match format {
+        Format::Flamegraph => render_flamegraph(&diff, &sides, Measure::default(), out),
+        _ => render_table(&diff, &sides, out).map_err(DiffError::from_io(Path::new("-"))),
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The format `diff` draws: `--format`, else the name of `-o FILE`, else
+/// the table.
+///
+/// # Errors
+/// [`DiffError::Format`] for a name that says no format,
+/// [`DiffError::UnsupportedFormat`] for a format `diff` does not draw.
+fn diff_format(args: &DiffArgs) -> Result<Format, DiffError> {
+    let format = crate::report::output_format(args.format.map(Into::into), args.output.as_deref())?;
+    if !matches!(format, Format::Table | Format::Flamegraph) {
+        return Err(DiffError::UnsupportedFormat {
+            format: crate::report::format_name(format).to_owned(),
+        });
+    }
+    Ok(format)
 }
 
 /// Reads the capture at `path`, its warnings to standard error.
@@ -229,14 +241,15 @@ fn duration_ns(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::FormatArg;
 
-    fn args(after: Option<&str>, window: Option<(u64, u64)>, format: Format) -> DiffArgs {
+    fn args(after: Option<&str>, window: Option<(u64, u64)>, format: FormatArg) -> DiffArgs {
         DiffArgs {
             before: PathBuf::from("a.capture"),
             after: after.map(PathBuf::from),
             from: window.map(|(from, _)| Duration::from_secs(from)),
             to: window.map(|(_, to)| Duration::from_secs(to)),
-            format,
+            format: Some(format),
             output: None,
             force: false,
         }
@@ -244,7 +257,7 @@ mod tests {
 
     #[test]
     fn plans_are_two_captures_or_two_windows_of_one() {
-        let plan = Plan::from_args(&args(Some("b.capture"), None, Format::Table)).unwrap();
+        let plan = Plan::from_args(&args(Some("b.capture"), None, FormatArg::Table)).unwrap();
         assert_eq!(
             plan,
             Plan::Captures {
@@ -252,7 +265,7 @@ mod tests {
                 after: PathBuf::from("b.capture")
             }
         );
-        let plan = Plan::from_args(&args(None, Some((30, 60)), Format::Flamegraph)).unwrap();
+        let plan = Plan::from_args(&args(None, Some((30, 60)), FormatArg::Flamegraph)).unwrap();
         assert_eq!(
             plan,
             Plan::Windows {
@@ -267,23 +280,23 @@ mod tests {
     fn bad_plans_are_clear_errors() {
         let message = |a: DiffArgs| Plan::from_args(&a).unwrap_err().to_string();
         assert_eq!(
-            message(args(Some("b"), None, Format::Folded)),
+            message(args(Some("b"), None, FormatArg::Folded)),
             "`memtrace diff` draws `table` or `flamegraph`, not `folded`"
         );
         assert_eq!(
-            message(args(None, None, Format::Table)),
+            message(args(None, None, FormatArg::Table)),
             "nothing to compare `a.capture` with: give a second capture, or --from and --to"
         );
         assert_eq!(
-            message(args(Some("b"), Some((1, 2)), Format::Table)),
+            message(args(Some("b"), Some((1, 2)), FormatArg::Table)),
             "give either a second capture (`b`) or --from/--to, not both"
         );
         assert_eq!(
-            message(args(None, Some((60, 30)), Format::Table)),
+            message(args(None, Some((60, 30)), FormatArg::Table)),
             "--from (1m) must be after the start of the capture and before --to (30s)"
         );
-        assert!(Plan::from_args(&args(None, Some((0, 30)), Format::Table)).is_err());
-        assert!(Plan::from_args(&args(None, Some((30, 30)), Format::Table)).is_err());
+        assert!(Plan::from_args(&args(None, Some((0, 30)), FormatArg::Table)).is_err());
+        assert!(Plan::from_args(&args(None, Some((30, 30)), FormatArg::Table)).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
-use crate::aggregate::{Frame, PathReport, ProcessId, ProcessReport, Report, Role};
+use crate::aggregate::{Frame, PathReport, ProcessId, ProcessReport, Report};
 
 /// Which bytes of a path weigh it where one number must be chosen (the
 /// differential flame graph); the table shows both.
@@ -317,7 +317,7 @@ type MatchKey = (String, bool);
 /// line (whitespace collapsed) and the role.
 fn command_key(p: &ProcessReport) -> MatchKey {
     let cmdline = p.cmdline.split_whitespace().collect::<Vec<_>>().join(" ");
-    (cmdline, p.role == Role::Root)
+    (cmdline, p.role.is_root())
 }
 
 /// What makes two images of two captures runs of the same program with
@@ -331,7 +331,7 @@ fn program_key(p: &ProcessReport) -> MatchKey {
         .find(|w| !w.starts_with('-'))
         .map(file_name)
         .unwrap_or_default();
-    (format!("{exe} {script}"), p.role == Role::Root)
+    (format!("{exe} {script}"), p.role.is_root())
 }
 
 /// Pairs the images of two captures: first those with equal

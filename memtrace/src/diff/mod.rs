@@ -35,6 +35,9 @@ pub use table::render_table;
 /// Errors of `memtrace diff` other than those of reading a capture.
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
+    /// `-o FILE` says no format and `--format` is missing.
+    #[error(transparent)]
+    Format(#[from] crate::report::ReportError),
     /// `--format` names a format `diff` cannot draw.
     #[error("`memtrace diff` draws `table` or `flamegraph`, not `{format}`")]
     UnsupportedFormat {

@@ -282,6 +282,16 @@ impl<P: Copy + Ord, S: Copy + Ord> HeldTracker<P, S> {
         }
     }
 
+    /// Forgets that image `process` ended (after [`HeldTracker::end`]), so
+    /// that the set of ended images does not grow with every process that
+    /// came and went; the caller must send no more calls about it (its ids
+    /// are never reused). An image that has not ended is kept.
+    pub fn forget_ended(&mut self, process: P) {
+        if !self.processes.contains_key(&process) {
+            self.ended.remove(&process);
+        }
+    }
+
     /// Pushes onto `peaks` the held-at-peak values that changed since the
     /// previous call (or since first seen), for every open process whose
     /// high-water mark moved since then; by process, then path.

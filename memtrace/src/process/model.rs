@@ -16,13 +16,6 @@ use serde::{Deserialize, Serialize};
 #[serde(transparent)]
 pub struct ProcessId(pub u32);
 
-impl ProcessId {
-    /// The id as a vector index.
-    pub(crate) fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
 impl fmt::Display for ProcessId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "p{}", self.0)
@@ -37,6 +30,22 @@ pub enum Role {
     Root,
     /// A forked descendant of a traced process.
     Worker,
+    /// A descendant that was already running when tracing began and had
+    /// exec'd a program of its own since its fork (a load generator, a
+    /// subprocess): never a worker.
+    Child,
+    /// A process memtrace was asked to trace whose (untraced) parent forked
+    /// it without an exec: a worker of a master memtrace does not trace.
+    ForkedRoot,
+}
+
+impl Role {
+    /// Whether memtrace was asked to trace the process (`--pid`, or `run`'s
+    /// command).
+    #[must_use]
+    pub fn is_root(self) -> bool {
+        matches!(self, Self::Root | Self::ForkedRoot)
+    }
 }
 
 impl fmt::Display for Role {
@@ -44,6 +53,8 @@ impl fmt::Display for Role {
         f.write_str(match self {
             Self::Root => "root",
             Self::Worker => "worker",
+            Self::Child => "child",
+            Self::ForkedRoot => "forked root",
         })
     }
 }

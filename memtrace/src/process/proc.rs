@@ -328,6 +328,27 @@ fn controlling_terminal(pid: u32) -> Option<(u32, u32)> {
     (stat.tty_nr != 0).then_some((major as u32, minor as u32))
 }
 
+/// Whether `pid` exec'd since `parent` forked it: a fork keeps its
+/// parent's auxiliary vector (`mm->saved_auxv`, copied with the mm) until
+/// an execve builds a new one (new `AT_RANDOM` and `AT_EXECFN` addresses,
+/// with ASLR), so the two `/proc/PID/auxv` differ after an exec. `false`
+/// when either cannot be read.
+pub fn exec_since_fork(pid: u32, parent: u32) -> bool {
+    let auxv = |p: u32| std::fs::read(format!("/proc/{p}/auxv")).ok();
+    match (auxv(pid), auxv(parent)) {
+        (Some(child), Some(parent)) => child != parent,
+        _ => false,
+    }
+}
+
+/// Whether `pid` still runs the image `parent` forked it with: both
+/// auxiliary vectors read and equal (see [`exec_since_fork`]); `false` when
+/// either cannot be read.
+pub fn forked_without_exec(pid: u32, parent: u32) -> bool {
+    let auxv = |p: u32| std::fs::read(format!("/proc/{p}/auxv")).ok();
+    matches!((auxv(pid), auxv(parent)), (Some(child), Some(parent)) if child == parent)
+}
+
 /// Parent PID of `pid`, if it can be read.
 pub fn parent_pid(pid: u32) -> Option<u32> {
     let stat = Process::new(pid as i32).ok()?.stat().ok()?;

@@ -8,8 +8,9 @@
 //! image's high-water mark by default. [`render`] picks the renderer;
 //! renderers are generic over the writer, so tests render into a `Vec<u8>`.
 //! [`write_files`] puts the folded stacks and the JSON next to each other in
-//! an output folder; [`render_per_process`] writes one flame graph per
-//! process image.
+//! an output folder under a run's stem ([`run_stem`]); [`render_per_process`]
+//! writes one flame graph per process image; [`format_of_path`] reads the
+//! format of a report file from its name.
 
 pub mod allocations;
 #[cfg(test)]
@@ -205,6 +206,14 @@ pub enum ReportError {
         #[source]
         source: io::Error,
     },
+    /// A report file's name says no format and none was given.
+    #[error("cannot tell the format of `{}` from its name: add --format, or end it in one of {endings}", path.display())]
+    UnknownName {
+        /// The file.
+        path: PathBuf,
+        /// The endings memtrace knows.
+        endings: String,
+    },
     /// Every candidate file name was already taken.
     #[error("no free report file name `{stem}[-N]` in `{}`", dir.display())]
     NamesTaken {
@@ -226,20 +235,43 @@ pub struct WrittenFiles {
     pub json: PathBuf,
 }
 
-/// Writes `memtrace-YYYYMMDD-HHMMSS.folded` (weighed by `weight`, the
-/// `--weight` of the run) and `.json` (UTC time of the call) into `dir`;
-/// when either name exists, `-2`, `-3`, ... is appended to the stem, so
-/// earlier reports are never overwritten. `dir` must exist.
+/// Writes `<stem>.folded` (weighed by `weight`, the `--weight` of the run)
+/// and `<stem>.json` into `dir` (see [`run_stem`]); an existing file is
+/// never overwritten. `dir` must exist.
 ///
 /// # Errors
-/// [`ReportError::Write`] when a file cannot be created or written;
-/// [`ReportError::NamesTaken`] when 100 candidate names are all taken.
+/// [`ReportError::Write`] when a file cannot be created or written.
 pub fn write_files(
     report: &Diagnosed,
     weight: Weight,
     dir: &Path,
+    stem: &str,
 ) -> Result<WrittenFiles, ReportError> {
-    write_files_named(report, weight, dir, &timestamp_stem(SystemTime::now()))
+    let files = WrittenFiles {
+        folded: dir.join(format!("{stem}.folded")),
+        weight,
+        json: dir.join(format!("{stem}.json")),
+    };
+    write_one(&files.folded, false, |w| {
+        folded::render(report, files.weight, w)
+    })?;
+    write_one(&files.json, false, |w| json::render(report, w))?;
+    Ok(files)
+}
+
+/// The ending of each file a run writes under its stem (capture, folded
+/// stacks, JSON): [`run_stem`] picks a stem none of them has in the folder.
+pub const RUN_EXTENSIONS: [&str; 3] = ["capture", "folded", "json"];
+
+/// The name shared by the files of one run in `dir`: `memtrace-YYYYMMDD-
+/// HHMMSS` (UTC time of the call), or with `-2`, `-3`, ... appended when a
+/// file of that name with one of [`RUN_EXTENSIONS`] exists, so earlier runs
+/// are never overwritten.
+///
+/// # Errors
+/// [`ReportError::NamesTaken`] when 100 candidate names are all taken.
+pub fn run_stem(dir: &Path) -> Result<String, ReportError> {
+    free_stem(dir, &timestamp_stem(SystemTime::now()))
 }
 
 /// `memtrace-YYYYMMDD-HHMMSS` for `time` in UTC.
@@ -255,42 +287,90 @@ fn timestamp_stem(time: SystemTime) -> String {
     format!("memtrace-{}-{}", digits(date), digits(time_of_day))
 }
 
-/// [`write_files`] with a chosen base name.
-fn write_files_named(
-    report: &Diagnosed,
-    weight: Weight,
-    dir: &Path,
-    stem: &str,
-) -> Result<WrittenFiles, ReportError> {
-    let files = free_names(dir, stem, weight)?;
-    write_one(&files.folded, false, |w| {
-        folded::render(report, files.weight, w)
-    })?;
-    write_one(&files.json, false, |w| json::render(report, w))?;
-    Ok(files)
-}
-
-/// The first `stem`, `stem-2`, ... whose two files both do not exist.
-fn free_names(dir: &Path, stem: &str, weight: Weight) -> Result<WrittenFiles, ReportError> {
+/// The first `stem`, `stem-2`, ... with no file in `dir`.
+fn free_stem(dir: &Path, stem: &str) -> Result<String, ReportError> {
     for attempt in 1..=MAX_NAME_ATTEMPTS {
         let name = if attempt == 1 {
             stem.to_owned()
         } else {
             format!("{stem}-{attempt}")
         };
-        let files = WrittenFiles {
-            folded: dir.join(format!("{name}.folded")),
-            weight,
-            json: dir.join(format!("{name}.json")),
-        };
-        if !files.folded.exists() && !files.json.exists() {
-            return Ok(files);
+        let taken = RUN_EXTENSIONS
+            .iter()
+            .any(|ext| dir.join(format!("{name}.{ext}")).exists());
+        if !taken {
+            return Ok(name);
         }
     }
     Err(ReportError::NamesTaken {
         dir: dir.to_owned(),
         stem: stem.to_owned(),
     })
+}
+
+/// The format a report file named `path` is written in, from its ending
+/// (see [`FORMAT_EXTENSIONS`]); `None` for any other name.
+pub fn format_of_path(path: &Path) -> Option<Format> {
+    let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
+    FORMAT_EXTENSIONS
+        .iter()
+        .find(|(ending, _)| name.ends_with(ending))
+        .map(|&(_, format)| format)
+}
+
+/// The format of a report file: `explicit` (`--format`), else the name of
+/// `output` (`-o FILE`, [`format_of_path`]), else the table (standard
+/// output).
+///
+/// # Errors
+/// [`ReportError::UnknownName`] when `output` ends in no known way and no
+/// format is given.
+pub fn output_format(
+    explicit: Option<Format>,
+    output: Option<&Path>,
+) -> Result<Format, ReportError> {
+    match (explicit, output) {
+        (Some(format), _) => Ok(format),
+        (None, Some(path)) => format_of_path(path).ok_or_else(|| ReportError::UnknownName {
+            path: path.to_owned(),
+            endings: FORMAT_EXTENSIONS.map(|e| e.0).join(", "),
+        }),
+        (None, None) => Ok(Format::Table),
+    }
+}
+
+/// File name endings and the format each means (py-spy's and memray's
+/// `-o` conventions); the longer ending first where one ends another.
+pub const FORMAT_EXTENSIONS: [(&str, Format); 9] = [
+    (".speedscope.json", Format::Speedscope),
+    (".json", Format::Json),
+    (".svg", Format::Flamegraph),
+    (".html", Format::Html),
+    (".htm", Format::Html),
+    (".pb.gz", Format::Pprof),
+    (".pprof", Format::Pprof),
+    (".folded", Format::Folded),
+    (".txt", Format::Table),
+];
+
+/// The files a run wrote, in the order the terminal report lists them,
+/// and a line on how to draw them again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FilesWritten {
+    /// The files.
+    pub files: Vec<WrittenFile>,
+    /// Printed under them (e.g. how to draw the capture as a flame graph).
+    pub hint: Option<String>,
+}
+
+/// One file a run wrote, as the "Files written" section of the terminal
+/// report names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrittenFile {
+    /// What it holds (`flame graph`, `capture`, ...).
+    pub what: String,
+    /// Where it is.
+    pub path: PathBuf,
 }
 
 /// Creates `path` (replacing an existing file only with `force`, see
@@ -330,13 +410,14 @@ mod tests {
     fn writes_both_files_and_never_overwrites() {
         let dir = tempfile::tempdir().unwrap();
         let report = server_diagnosed();
-        let first = write_files_named(&report, Weight::Peak, dir.path(), "memtrace-x").unwrap();
+        let first = write_files(&report, Weight::Peak, dir.path(), "memtrace-x").unwrap();
         assert_eq!(first.folded, dir.path().join("memtrace-x.folded"));
         assert_eq!(first.json, dir.path().join("memtrace-x.json"));
         assert_eq!(first.weight, Weight::Peak);
-        let second = write_files_named(&report, Weight::Peak, dir.path(), "memtrace-x").unwrap();
-        assert_eq!(second.folded, dir.path().join("memtrace-x-2.folded"));
-        assert_eq!(second.json, dir.path().join("memtrace-x-2.json"));
+        assert!(write_files(&report, Weight::Peak, dir.path(), "memtrace-x").is_err());
+        assert_eq!(free_stem(dir.path(), "memtrace-x").unwrap(), "memtrace-x-2");
+        std::fs::write(dir.path().join("memtrace-x-2.capture"), "").unwrap();
+        assert_eq!(free_stem(dir.path(), "memtrace-x").unwrap(), "memtrace-x-3");
         let json = std::fs::read_to_string(&first.json).unwrap();
         let back: Diagnosed = serde_json::from_str(&json).unwrap();
         assert_eq!(back, report);
@@ -351,7 +432,7 @@ mod tests {
     fn the_folded_file_is_weighed_by_bytes_held_at_peak() {
         let dir = tempfile::tempdir().unwrap();
         let report = lifecycle_diagnosed();
-        let files = write_files_named(&report, Weight::Peak, dir.path(), "m").unwrap();
+        let files = write_files(&report, Weight::Peak, dir.path(), "m").unwrap();
         let folded = std::fs::read_to_string(&files.folded).unwrap();
         let weights: Vec<&str> = folded
             .lines()
@@ -367,9 +448,22 @@ mod tests {
     fn missing_folder_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope");
-        let err = write_files(&server_diagnosed(), Weight::Peak, &missing).unwrap_err();
+        let err = write_files(&server_diagnosed(), Weight::Peak, &missing, "m").unwrap_err();
         assert!(matches!(err, ReportError::Write { .. }));
         assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn the_extension_names_the_format() {
+        let of = |name: &str| format_of_path(Path::new(name));
+        assert_eq!(of("out/profile.svg"), Some(Format::Flamegraph));
+        assert_eq!(of("a.speedscope.json"), Some(Format::Speedscope));
+        assert_eq!(of("a.JSON"), Some(Format::Json));
+        assert_eq!(of("a.pb.gz"), Some(Format::Pprof));
+        assert_eq!(of("report.html"), Some(Format::Html));
+        assert_eq!(of("a.txt"), Some(Format::Table));
+        assert_eq!(of("a.out"), None);
+        assert_eq!(of("svg"), None);
     }
 
     #[test]

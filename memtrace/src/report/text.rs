@@ -412,14 +412,29 @@ mod tests {
             short_command("gunicorn --config=/etc/app.py app:wsgi dir/", 60),
             "gunicorn --config=/etc/app.py app:wsgi dir/"
         );
-        assert_eq!(short_command("python3 -m app", 10), "… -m app");
+        assert_eq!(short_command("python3 -m app", 10), "-m app");
         assert_eq!(
             short_command("/usr/bin/python3.11 /srv/app/worker.py --jobs 4", 20),
-            "… worker.py --jobs 4"
+            "worker.py --jobs 4"
+        );
+        assert_eq!(
+            short_command("/usr/bin/python3.11 /srv/app/worker.py --jobs 4", 14),
+            "worker.py …"
+        );
+        assert_eq!(
+            short_command("python3 -X importtime run_demo.py --seconds 40", 30),
+            "run_demo.py --seconds 40"
+        );
+        assert_eq!(
+            short_command(
+                "/usr/bin/python3 /x/run_demo.py --workers 4 --seconds 40 --rps 60",
+                40
+            ),
+            "run_demo.py --workers 4 --seconds 40 …"
         );
         assert_eq!(
             short_command("python3 a-very-long-script-name.py", 12),
-            "… pt-name.py"
+            "…ipt-name.py"
         );
         assert_eq!(short_command("  ", 10), "?");
     }
@@ -438,6 +453,7 @@ mod tests {
             evidence: Vec::new(),
             paths: Vec::new(),
             next_step: String::new(),
+            amount_bytes: 0,
         };
         assert_eq!(
             finding_line(&report, &finding),

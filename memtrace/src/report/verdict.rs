@@ -8,7 +8,9 @@
 //! line.
 
 use crate::aggregate::{ProcessKind, ProcessReport, Report};
-use crate::diagnose::{measure_name, Cause, Diagnosed, Pattern, Place, Scope, Strength};
+use crate::diagnose::{
+    measure_name, Cause, Diagnosed, Pattern, Place, ProcessAmount, Scope, Strength,
+};
 use crate::units::format_bytes;
 
 use super::text::{self, pattern_name, short_command};
@@ -59,7 +61,8 @@ pub(crate) struct CauseText {
     pub patterns: String,
     /// Which processes: `4 workers (tgid 1, 2, 3, 4: app.py)`.
     pub who: String,
-    /// What the first finding says (`largest: ` when about one of many).
+    /// What the first finding says (`largest: ` when about the most grown
+    /// of several processes, `for one of them: ` when about another).
     pub what: Option<String>,
     /// How much and how fast.
     pub how_much: Option<String>,
@@ -147,12 +150,18 @@ fn heading(full: &[&Cause]) -> String {
 /// A cause in full: pattern, who, what, how much, where, next.
 fn cause_text(report: &Diagnosed, number: usize, cause: &Cause) -> CauseText {
     let what = cause.findings.first().map(|&first| {
-        let prefix = if !cause.tree && cause.processes.len() > 1 {
-            "largest: "
-        } else {
-            ""
+        let finding = &report.diagnosis[first];
+        let about = match finding.scope {
+            Scope::Process { process, .. } => Some(process),
+            Scope::Tree => None,
         };
-        format!("{prefix}{}", report.diagnosis[first].summary)
+        // `cause.processes` is most grown first: "largest" only for it.
+        let prefix = match (cause.tree || cause.processes.len() < 2, about) {
+            (true, _) | (false, None) => "",
+            (false, Some(id)) if Some(&id) == cause.processes.first() => "largest: ",
+            (false, Some(_)) => "for one of them: ",
+        };
+        format!("{prefix}{}", finding.summary)
     });
     CauseText {
         number,
@@ -164,7 +173,7 @@ fn cause_text(report: &Diagnosed, number: usize, cause: &Cause) -> CauseText {
         places: cause
             .places
             .iter()
-            .map(|place| place_text(cause.pattern, place))
+            .map(|place| place_text(cause, place))
             .collect(),
         next: cause.next_step.clone(),
     }
@@ -297,61 +306,108 @@ fn who(report: &Report, cause: &Cause) -> String {
     }
 }
 
-/// How much the cause's processes grew (the process table's GROWTH) and how
-/// fast, or for a spike how high it rose; `None` when none of them grew.
+/// How much the cause is about and how it came, from its one
+/// [`crate::diagnose::Amount`] (the numbers its headline quotes): one step
+/// ("+120.0 MiB in 0.9 s at 2.1 s"), or a rate for steady growth, and what
+/// was released while shutting down; for a spike, how high it rose.
+/// `None` when none of its processes has an amount.
 fn how_much(report: &Report, cause: &Cause) -> Option<String> {
     if cause.pattern == Pattern::Spike {
         return spike_height(report, cause);
     }
-    let grown: Vec<(u64, u64)> = cause
-        .processes
-        .iter()
-        .filter_map(|&id| report.process(id))
-        .filter_map(|p| {
-            let growth = u64::try_from(p.rss?.growth_bytes).ok()?;
-            (growth > 0).then_some((growth, p.traced_ns))
-        })
-        .collect();
+    let each: Vec<&ProcessAmount> = cause.amount.each.iter().filter(|a| a.bytes > 0).collect();
+    let what = &cause.amount.what;
     let (min, max) = (
-        grown.iter().map(|g| g.0).min()?,
-        grown.iter().map(|g| g.0).max()?,
+        each.iter().map(|a| a.bytes).min()?,
+        each.iter().map(|a| a.bytes).max()?,
     );
-    let longest_ns = grown.iter().map(|g| g.1).max().unwrap_or(0);
-    let (per_unit_s, unit) = if longest_ns >= PER_MINUTE_FROM_NS {
-        (60.0, "min")
+    let longest_ns = each.iter().map(|a| a.life_ns).max().unwrap_or(0);
+    let released: u64 = each.iter().map(|a| a.released_at_shutdown_bytes).sum();
+    let shutdown = if released > 0 {
+        format!("; released {} while shutting down", format_bytes(released))
     } else {
-        (1.0, "s")
+        String::new()
     };
-    let rates: Vec<f64> = grown
-        .iter()
-        .map(|&(bytes, ns)| per_unit_s * bytes as f64 / (ns.max(1) as f64 / 1e9))
-        .collect();
-    let fmt_rate = |r: f64| format!("+{}/{unit}", format_bytes(r as u64));
-    if let [(bytes, ns)] = grown.as_slice() {
+    if let [one] = each.as_slice() {
         return Some(format!(
-            "RSS +{} in {}, {}",
-            format_bytes(*bytes),
-            text::seconds(*ns),
-            fmt_rate(rates[0])
+            "{what} +{}{}{shutdown}",
+            format_bytes(one.bytes),
+            how_it_came(one, longest_ns)
         ));
     }
-    let total: u64 = grown.iter().map(|g| g.0).sum();
-    let each = if min == max {
+    let total: u64 = each.iter().map(|a| a.bytes).sum();
+    let range = if min == max {
         format!("+{} each", format_bytes(min))
     } else {
         format!("+{} to +{} each", format_bytes(min), format_bytes(max))
     };
-    let (slow, fast) = (
-        rates.iter().copied().fold(f64::MAX, f64::min),
-        rates.iter().copied().fold(0.0, f64::max),
-    );
+    let came = if each.iter().all(|a| a.step.is_some()) {
+        let longest_step = each
+            .iter()
+            .filter_map(|a| a.step)
+            .map(|s| s.in_ns)
+            .max()
+            .unwrap_or(0);
+        format!(
+            "each in one step of at most {}",
+            text::seconds(longest_step)
+        )
+    } else {
+        let rates: Vec<f64> = each
+            .iter()
+            .map(|a| a.bytes as f64 / (a.life_ns.max(1) as f64 / 1e9))
+            .collect();
+        let (slow, fast) = (
+            rates.iter().copied().fold(f64::MAX, f64::min),
+            rates.iter().copied().fold(0.0, f64::max),
+        );
+        format!(
+            "{} to {} each",
+            rate(slow, longest_ns),
+            rate(fast, longest_ns).trim_start_matches('+')
+        )
+    };
     Some(format!(
-        "RSS {each}, +{} in all, within {}; {} to {} each",
+        "{what} {range}, +{} in all, within {}; {came}{shutdown}",
         format_bytes(total),
         text::seconds(longest_ns),
-        fmt_rate(slow),
-        fmt_rate(fast).trim_start_matches('+'),
     ))
+}
+
+/// How one process's amount came: ` in 0.9 s at 2.1 s` for a step (with
+/// the step's own bytes when it is not all of it), else ` in T, +R/s`.
+fn how_it_came(amount: &ProcessAmount, longest_ns: u64) -> String {
+    match amount.step {
+        Some(step) if step.bytes >= amount.bytes => format!(
+            " in {} at {}",
+            text::seconds(step.in_ns),
+            text::seconds(step.at_ns)
+        ),
+        Some(step) => format!(
+            ", +{} of it in {} at {}",
+            format_bytes(step.bytes),
+            text::seconds(step.in_ns),
+            text::seconds(step.at_ns)
+        ),
+        None => format!(
+            " in {}, {}",
+            text::seconds(amount.life_ns),
+            rate(
+                amount.bytes as f64 / (amount.life_ns.max(1) as f64 / 1e9),
+                longest_ns
+            )
+        ),
+    }
+}
+
+/// A rate of `bytes_per_s`, per minute when the longest life is at least
+/// [`PER_MINUTE_FROM_NS`]: `+2.1 MiB/s`.
+fn rate(bytes_per_s: f64, longest_ns: u64) -> String {
+    if longest_ns >= PER_MINUTE_FROM_NS {
+        format!("+{}/min", format_bytes((60.0 * bytes_per_s) as u64))
+    } else {
+        format!("+{}/s", format_bytes(bytes_per_s as u64))
+    }
 }
 
 /// A native library as people name it: its file name up to `.so` or a
@@ -367,21 +423,26 @@ fn library_name(file_name: &str) -> &str {
 }
 
 /// A spike's height in its process: its RSS at the start, at the
-/// high-water mark and at the end (the process table's START, PEAK, END).
+/// high-water mark and at the end (the process table's START, PEAK, END),
+/// and the rise its headline quotes.
 fn spike_height(report: &Report, cause: &Cause) -> Option<String> {
     let rss = report.process(*cause.processes.first()?)?.rss?;
+    let rise = cause.amount.each.first().map_or_else(
+        || rss.peak_bytes.saturating_sub(rss.start_bytes),
+        |a| a.bytes,
+    );
     Some(format!(
         "RSS {} -> peak {} (+{}), {} at the end",
         format_bytes(rss.start_bytes),
         format_bytes(rss.peak_bytes),
-        format_bytes(rss.peak_bytes.saturating_sub(rss.start_bytes)),
+        format_bytes(rise),
         format_bytes(rss.end_bytes)
     ))
 }
 
 /// `render_report (app.py:84) via dumps, at import: 48.5 MiB held at the
 /// end (57% of the sampled)`.
-fn place_text(pattern: Pattern, place: &Place) -> String {
+fn place_text(cause: &Cause, place: &Place) -> String {
     let mut line = place.frame.short();
     if let Some(via) = &place.via {
         line.push_str(&format!(" via {}", via.short()));
@@ -392,7 +453,7 @@ fn place_text(pattern: Pattern, place: &Place) -> String {
     if let Some(library) = &place.native_library {
         line.push_str(&format!(", native memory ({})", library_name(library)));
     }
-    let measure = measure_name(pattern);
+    let measure = measure_name(cause);
     format!(
         "{line}: {} {measure} ({:.0}% of the sampled)",
         format_bytes(place.bytes),

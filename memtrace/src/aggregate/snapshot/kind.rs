@@ -141,6 +141,9 @@ fn leaf_kind(p: &Facts<'_>, is_python: bool) -> ProcessKind {
     match (p.role, is_python) {
         (_, false) => ProcessKind::Helper,
         (Role::Root, true) => ProcessKind::Main,
+        // Attached by pid, but a fork of its parent that did not exec.
+        (Role::ForkedRoot, true) => ProcessKind::Worker,
+        (Role::Child, true) => ProcessKind::Child,
         // The fork of a subprocess, soon replaced by its exec: not a worker.
         (Role::Worker, true)
             if p.image == 0 && p.exec_after_ns.is_some_and(|ns| ns < PRE_EXEC_NS) =>

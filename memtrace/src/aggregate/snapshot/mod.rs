@@ -237,7 +237,12 @@ mod tests {
         let long = "x".repeat(100);
         let label = process_label(&long);
         assert_eq!(label.chars().count(), 60);
-        assert!(label.ends_with('…'));
+        assert!(label.starts_with('…'));
+        let args = format!("python3 /srv/app.py {}", "--flag ".repeat(20));
+        assert_eq!(
+            process_label(&args),
+            format!("app.py {}…", "--flag ".repeat(7))
+        );
     }
 
     #[test]

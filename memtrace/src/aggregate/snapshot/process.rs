@@ -220,15 +220,19 @@ impl ProcessReport {
     }
 }
 
-/// A command line where space is short (the process table, a finding's
-/// scope, the live view): whitespace collapsed, every word that is a path (holds a `/`
-/// and is not an option) cut to its file name, then, when longer than
-/// `max_chars`, cut from the left (the interpreter goes first, the script
-/// and its arguments stay) behind `…`; `?` when empty. E.g.
-/// `/usr/bin/python3.11 /srv/app/worker.py --jobs 4` reads `python3.11
-/// worker.py --jobs 4`, and in 20 characters `… worker.py --jobs 4`.
+/// A command line as every output shows it (the process table, a
+/// finding's scope, the verdict, the live view, diff, flame graphs,
+/// speedscope, pprof, HTML), by one rule: whitespace collapsed, every word
+/// that is a path (holds a `/` and is not an option) cut to its file name;
+/// when longer than `max_chars`, first a Python interpreter's name and its
+/// options before the script go (`-m module` stays), then arguments are cut
+/// from the right behind ` …`, so the script and its first arguments always
+/// show; a script name longer than `max_chars` alone keeps its end. `?`
+/// when empty. E.g. `/usr/bin/python3.11 /srv/app/worker.py --jobs 4` reads
+/// `python3.11 worker.py --jobs 4`, in 20 characters `worker.py --jobs 4`,
+/// in 14 `worker.py …`.
 pub fn short_command(cmdline: &str, max_chars: usize) -> String {
-    let mut words: Vec<&str> = cmdline
+    let words: Vec<&str> = cmdline
         .split_whitespace()
         .map(|word| match word.rsplit_once('/') {
             Some((_, name)) if !word.starts_with('-') && !name.is_empty() => name,
@@ -238,31 +242,55 @@ pub fn short_command(cmdline: &str, max_chars: usize) -> String {
     if words.is_empty() {
         return "?".to_owned();
     }
-    let short = words.join(" ");
-    if short.chars().count() <= max_chars {
-        return short;
+    let fits = |words: &[&str]| words.join(" ").chars().count() <= max_chars;
+    if fits(&words) {
+        return words.join(" ");
     }
-    while words.len() > 1 && words.join(" ").chars().count() + 2 > max_chars {
-        words.remove(0);
+    let words = &words[script_index(&words)..];
+    if fits(words) {
+        return words.join(" ");
     }
-    let tail = words.join(" ");
-    let keep = max_chars.saturating_sub(2);
-    let skip = tail.chars().count().saturating_sub(keep);
-    format!("… {}", tail.chars().skip(skip).collect::<String>())
+    let mut kept = words.len();
+    while kept > 1 && words[..kept].join(" ").chars().count() + 2 > max_chars {
+        kept -= 1;
+    }
+    let head = words[..kept].join(" ");
+    let head_chars = head.chars().count();
+    if head_chars + 2 <= max_chars {
+        return format!("{head} …");
+    }
+    // The script's name alone is too long: keep its end (`…name.py`).
+    let keep = max_chars.saturating_sub(1);
+    let tail: String = head.chars().skip(head_chars.saturating_sub(keep)).collect();
+    format!("…{tail}")
 }
 
-/// Short name of a process: its command line with whitespace collapsed, cut
-/// to 60 characters; `?` when empty.
+/// Where the script starts in a command's `words`: after a Python
+/// interpreter (a first word `python…`) and its options, at `-m` for a
+/// module; at the first word for any other program.
+fn script_index(words: &[&str]) -> usize {
+    if !words[0].starts_with("python") {
+        return 0;
+    }
+    let mut index = 1;
+    while index < words.len() {
+        let word = words[index];
+        if word == "-m" || !word.starts_with('-') {
+            return index;
+        }
+        // Options that take a value: `-X importtime`, `-W error`.
+        index += if matches!(word, "-X" | "-W" | "-Q") {
+            2
+        } else {
+            1
+        };
+    }
+    0
+}
+
+/// Short name of a process for labels (diff, folded stacks, speedscope,
+/// pprof): [`short_command`] in 60 characters.
 pub(crate) fn process_label(cmdline: &str) -> String {
     const MAX_CHARS: usize = 60;
-    let collapsed = cmdline.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.is_empty() {
-        return "?".to_owned();
-    }
-    if collapsed.chars().count() <= MAX_CHARS {
-        return collapsed;
-    }
-    let mut cut: String = collapsed.chars().take(MAX_CHARS - 1).collect();
-    cut.push('…');
-    cut
+    short_command(cmdline, MAX_CHARS)
 }

@@ -180,9 +180,7 @@ fn a_released_spike_names_its_path_and_is_not_retention() {
         first.summary
     );
     assert!(
-        first
-            .summary
-            .ends_with("built by build_payload (held 200.0 MiB at the peak)"),
+        first.summary.ends_with("built by build_payload"),
         "{}",
         first.summary
     );
@@ -301,9 +299,7 @@ fn a_buffer_touched_again_is_held_not_an_unbounded_cache() {
     assert!(runs_through(&report, retention.paths[0], "reuse_buffer"));
     // Its finding quotes what the buffer holds; what it grew is only noted.
     assert!(
-        retention
-            .summary
-            .ends_with("held by reuse_buffer (160.0 MiB at the end)"),
+        retention.summary.ends_with("held by reuse_buffer"),
         "{}",
         retention.summary
     );
@@ -318,13 +314,13 @@ fn a_buffer_touched_again_is_held_not_an_unbounded_cache() {
     assert!(
         retention
             .next_step
-            .contains("reuse_buffer holds at the end (160.0 MiB)"),
+            .contains("reuse_buffer holds at the end is meant to stay"),
         "{}",
         retention.next_step
     );
     // Its held bytes rose in most buckets; only what it still holds of what
     // it grew tells it apart from a cache that keeps growing.
-    let rise = paths::held_rise(&[path], report.path_bucket_ns).unwrap();
+    let rise = paths::held_rise(&[path], report.path_bucket_ns, None).unwrap();
     assert!(
         rise.rising_buckets as f64 >= STEADY_PRESENT_FRACTION * rise.span_buckets as f64,
         "{rise:?}"

@@ -98,7 +98,7 @@ fn steady_and_burst_paths_are_told_apart() {
         .iter()
         .find(|p| runs_through(&report, p.stack, "remember"))
         .unwrap();
-    let rise = paths::held_rise(&[steady], report.path_bucket_ns).unwrap();
+    let rise = paths::held_rise(&[steady], report.path_bucket_ns, None).unwrap();
     assert!(rise.is_steady(), "{rise:?}");
     assert_eq!((rise.rising_buckets, rise.span_buckets), (5, 5));
     let spike = released_spike();
@@ -107,7 +107,7 @@ fn steady_and_burst_paths_are_told_apart() {
     let burst = paths::burst(&[payload], spike.path_bucket_ns).unwrap();
     assert_eq!(burst.max_pair_share, 1.0);
     // It held its payload and gave it all back: not rising held bytes.
-    let held = paths::held_rise(&[payload], spike.path_bucket_ns).unwrap();
+    let held = paths::held_rise(&[payload], spike.path_bucket_ns, None).unwrap();
     assert!(!held.is_steady(), "{held:?}");
 }
 

@@ -8,14 +8,14 @@
 //! per-process list, both with the bytes each path held at the high-water
 //! mark, held at the end and grew, ranked by `--weight`; then the
 //! copy-on-write paths, each with its frames, data-quality lines, warnings
-//! and where the files went.
+//! and the files written, just above the verdict.
 
 use std::io::{self, Write};
 
-use super::{text, verdict, RenderOptions, WrittenFiles};
+use super::{text, verdict, FilesWritten, RenderOptions};
 use crate::aggregate::{
-    Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, Role,
-    SampledBytes, Weight,
+    Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, SampledBytes,
+    Weight,
 };
 use crate::diagnose::{Diagnosed, Finding};
 use crate::units::{format_bytes, format_signed_bytes};
@@ -56,15 +56,15 @@ const NS_PER_S: f64 = 1e9;
 /// `options.weight` and showing all three measures, and the `top`
 /// copy-on-write paths (each with its frames, innermost Python frame first
 /// and the native frame under them), the record counts, the warnings, the
-/// paths of `written`, and last the verdict (one entry per cause: what
-/// stays on the screen).
+/// "Files written" section (`written`, in order), and last the verdict (one
+/// entry per cause: what stays on the screen).
 ///
 /// # Errors
 /// Any error of `out` (e.g. a closed pipe).
 pub fn render(
     report: &Diagnosed,
     options: &RenderOptions,
-    written: &WrittenFiles,
+    written: &FilesWritten,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     details(report, options, out)?;
@@ -226,7 +226,7 @@ fn processes(report: &Report, out: &mut dyn Write) -> io::Result<()> {
 /// summed on one line (the JSON has each).
 fn is_brief_helper(p: &ProcessReport) -> bool {
     p.kind == ProcessKind::Helper
-        && p.role == Role::Worker
+        && !p.role.is_root()
         && p.traced_ns < BRIEF_HELPER_NS
         && p.rss
             .is_none_or(|rss| rss.peak_bytes.saturating_sub(rss.start_bytes) < BRIEF_HELPER_BYTES)
@@ -553,16 +553,28 @@ fn records(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)
 }
 
-fn files(written: &WrittenFiles, out: &mut dyn Write) -> io::Result<()> {
-    writeln!(
-        out,
-        "Folded stacks (bytes {}): {}  \
-         (flame graph: inferno-flamegraph --countname bytes {} > memtrace.svg)",
-        written.weight.describe(),
-        written.folded.display(),
-        written.folded.display(),
-    )?;
-    writeln!(out, "JSON report:   {}", written.json.display())
+/// The "Files written" section: one line per file, what it holds then
+/// where, aligned, then the hint; nothing when no file was written.
+fn files(written: &FilesWritten, out: &mut dyn Write) -> io::Result<()> {
+    if written.files.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "Files written")?;
+    let width = written.files.iter().map(|f| f.what.chars().count()).max();
+    for file in &written.files {
+        writeln!(
+            out,
+            "  {:<width$}  {}",
+            format!("{}:", file.what),
+            file.path.display(),
+            width = width.unwrap_or(0) + 1
+        )?;
+    }
+    match &written.hint {
+        Some(hint) => writeln!(out, "  {hint}"),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -13,11 +13,17 @@ use crate::diagnose::diagnose;
 use crate::report::fixtures::lifecycle_diagnosed;
 use crate::report::fixtures::{prefork_diagnosed, server_diagnosed};
 
-fn written(weight: Weight) -> WrittenFiles {
-    WrittenFiles {
-        folded: PathBuf::from("/out/memtrace-1.folded"),
-        weight,
-        json: PathBuf::from("/out/memtrace-1.json"),
+fn written() -> FilesWritten {
+    let file = |what: &str, path: &str| crate::report::WrittenFile {
+        what: what.to_owned(),
+        path: PathBuf::from(path),
+    };
+    FilesWritten {
+        files: vec![
+            file("JSON report", "/out/memtrace-1.json"),
+            file("capture", "/out/memtrace-1.capture"),
+        ],
+        hint: Some("draw it again".to_owned()),
     }
 }
 
@@ -28,7 +34,7 @@ fn render_with(report: &Diagnosed, top: usize, weight: Weight) -> String {
         ..RenderOptions::default()
     };
     let mut out = Vec::new();
-    render(report, &options, &written(Weight::Peak), &mut out).unwrap();
+    render(report, &options, &written(), &mut out).unwrap();
     String::from_utf8(out).unwrap()
 }
 
@@ -425,24 +431,9 @@ fn cow_paths_records_warnings_and_files_are_listed() {
     );
     assert!(
         text.contains(
-            "Folded stacks (bytes held at peak): /out/memtrace-1.folded  (flame graph: \
-             inferno-flamegraph --countname bytes /out/memtrace-1.folded > memtrace.svg)"
+            "\n\nFiles written\n  JSON report:  /out/memtrace-1.json\n  \
+             capture:      /out/memtrace-1.capture\n  draw it again\n\nVerdict: "
         ),
-        "{text}"
-    );
-    assert!(
-        text.contains("JSON report:   /out/memtrace-1.json\n\nVerdict: "),
-        "{text}"
-    );
-}
-
-#[test]
-fn the_folded_line_names_the_files_weight() {
-    let mut out = Vec::new();
-    files(&written(Weight::Grown), &mut out).unwrap();
-    let text = String::from_utf8(out).unwrap();
-    assert!(
-        text.starts_with("Folded stacks (bytes grown): /out/memtrace-1.folded"),
         "{text}"
     );
 }
@@ -455,7 +446,7 @@ fn verbose_puts_every_finding_first_with_names() {
         ..RenderOptions::default()
     };
     let mut out = Vec::new();
-    render(&report, &options, &written(Weight::Peak), &mut out).unwrap();
+    render(&report, &options, &written(), &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(text.starts_with("Diagnosis\n  1. "), "{text}");
     let first = &report.diagnosis[0];
