@@ -164,6 +164,7 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
         quiet: true,
         allocations: false,
         alloc_weight: crate::cli::AllocWeightArg::Leaked,
+        debug_dir: Vec::new(),
         gate: GateArgs {
             fail_above: None,
             fail_on_cause: Vec::new(),
