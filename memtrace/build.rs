@@ -1,6 +1,9 @@
 //! Builds memtrace's kernel side (`memtrace-ebpf`) for `bpfel-unknown-none`
 //! with aya-build and leaves the object in `OUT_DIR/memtrace`, where
-//! `memtrace::bpf` embeds it with `include_bytes_aligned!`.
+//! `memtrace::bpf` embeds it with `include_bytes_aligned!`; and the
+//! in-process allocation sampler (`memtrace/sampler`, a cdylib) with a
+//! nested `cargo build --release` into `OUT_DIR/sampler-target`, leaving
+//! `OUT_DIR/libmemtrace_sampler.so` for `memtrace::app::sampler` to embed.
 //!
 //! aya-build runs `rustup run nightly cargo build -Z build-std=core` and needs
 //! `bpf-linker` on `PATH` (see `cargo xtask setup`). `AYA_BUILD_SKIP=1` skips
@@ -37,7 +40,48 @@ fn main() -> anyhow::Result<()> {
     }
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=../memtrace-common");
+    println!("cargo:rerun-if-changed=sampler");
+    build_sampler()?;
     ensure_object_exists()
+}
+
+/// The sampler library's file name (`memtrace_common::SAMPLER_FILE_NAME`).
+const SAMPLER_FILE: &str = "libmemtrace_sampler.so";
+
+/// Builds `memtrace-sampler` in release mode with its own target folder
+/// (the outer build holds the workspace's) and copies the library to
+/// `OUT_DIR`.
+fn build_sampler() -> anyhow::Result<()> {
+    let out_dir = std::env::var("OUT_DIR").context("OUT_DIR is not set by cargo")?;
+    let target_dir = Path::new(&out_dir).join("sampler-target");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(&cargo)
+        .args(["build", "--release", "--package", "memtrace-sampler"])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        // The outer build's flags and profile are not the library's.
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_PROFILE_RELEASE_DEBUG")
+        .output()
+        .with_context(|| format!("cannot run `{cargo} build` for memtrace-sampler"))?;
+    if !output.status.success() {
+        print_all(&output);
+        bail!(
+            "building memtrace-sampler failed ({}); its output is above",
+            output.status
+        );
+    }
+    let built = target_dir.join("release").join(SAMPLER_FILE);
+    let embedded = Path::new(&out_dir).join(SAMPLER_FILE);
+    std::fs::copy(&built, &embedded).with_context(|| {
+        format!(
+            "cannot copy `{}` to `{}`",
+            built.display(),
+            embedded.display()
+        )
+    })?;
+    Ok(())
 }
 
 /// Runs aya-build on `memtrace-ebpf`; it prints cargo instructions and

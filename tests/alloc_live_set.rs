@@ -110,7 +110,7 @@ fn libc_of(tgid: u32) -> PathBuf {
 fn hook(tracer: &mut Tracer, tgid: u32) -> Vec<PathBuf> {
     let start = start_time_ns(tgid).unwrap();
     tracer
-        .attach_allocator(tgid, start, None, Some(&libc_of(tgid)))
+        .attach_allocator(tgid, start, None, Some(&libc_of(tgid)), None)
         .expect("attach the allocator probes")
 }
 

@@ -318,7 +318,7 @@ impl Demo {
         let mut child = std::process::Command::new(python)
             .arg(root.join("examples/prefork_service/run_demo.py"))
             .args(["--workers", &workers.to_string()])
-            .args(["--seconds", &seconds.to_string(), "--rps", "40"])
+            .args(["--seconds", &seconds.to_string(), "--rps", "60"])
             .stdout(Stdio::piped())
             .stdin(Stdio::null())
             .spawn()
@@ -431,4 +431,57 @@ fn roles_come_from_what_a_process_is() {
         assert_eq!(kind_of(&report, worker), "worker", "{stdout}");
     }
     assert!(!stdout.contains(" mains"), "{stdout}");
+}
+
+/// The verdict's lines of a terminal report (from `Verdict: ` on).
+fn verdict_of(stdout: &str) -> &str {
+    &stdout[stdout.rfind("\nVerdict: ").expect("a verdict") + 1..]
+}
+
+#[test]
+fn the_same_load_gives_the_same_strength_in_3_attaches() {
+    let python = require_ebpf!(python_3_11());
+    let demo = Demo::start(&python, 4, 60);
+    let mut headings = Vec::new();
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let (stdout, _) = record(&[demo.master], "10s", dir.path());
+        let verdict = verdict_of(&stdout);
+        // Retention first, or beside "every worker is large" once the
+        // workers' caches are large.
+        assert!(
+            verdict.contains("retention in 4 workers")
+                || verdict.contains("retention in the process tree (4 workers)"),
+            "{verdict}"
+        );
+        headings.push(verdict.lines().next().unwrap().to_owned());
+    }
+    // The demo's cache keeps rising under load (about +30 MiB per worker in
+    // 10 s at 60 requests/s): strong every time, idle period or not.
+    assert_eq!(headings, ["Verdict: 1 cause"; 3], "{headings:#?}");
+}
+
+#[test]
+fn a_weak_verdict_says_why_in_one_line() {
+    let python = require_ebpf!(python_3_11());
+    let dir = tempfile::tempdir().unwrap();
+    // 32 MiB allocated at once and held: a buffer, not a rising cache.
+    let output = run_grow_cache(&python, dir.path(), "32", &[]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let stdout = stdout_of(&output);
+    let verdict = verdict_of(&stdout);
+    assert!(
+        verdict.starts_with("Verdict: 1 cause, weak evidence"),
+        "{verdict}"
+    );
+    let weak: Vec<&str> = verdict
+        .lines()
+        .filter(|l| l.trim_start().starts_with("weak:"))
+        .collect();
+    assert_eq!(weak.len(), 1, "{verdict}");
+    assert!(
+        weak[0].contains(": record") || weak[0].contains("looks like"),
+        "{}",
+        weak[0]
+    );
 }

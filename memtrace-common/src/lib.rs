@@ -15,10 +15,12 @@
 pub mod counters;
 pub mod python;
 pub mod records;
+pub mod sampler;
 
 pub use counters::*;
 pub use python::*;
 pub use records::*;
+pub use sampler::*;
 
 /// Size of one page on x86-64, in bytes: the unit of a page fault.
 pub const PAGE_SIZE_BYTES: u64 = 4096;

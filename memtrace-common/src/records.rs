@@ -386,9 +386,19 @@ pub const ALLOC_UNTRACKED: u32 = 1;
 /// family; its probes carry [`ALLOC_COOKIE_PYTHON_API`].
 pub const ALLOC_PYTHON_API: u32 = 2;
 
+/// [`AllocRecord::flags`]: the in-process sampler (`--alloc-hooks
+/// sampler`) sampled the block and called its marker: the stack was taken
+/// at the marker's entry, under the sampler's own frames, and
+/// `native_ip` is the marker's, not a return address.
+pub const ALLOC_SAMPLER: u32 = 4;
+
 /// The attach cookie (`bpf_get_attach_cookie`) of the entry probes on
 /// CPython's allocator API; glibc's carry 0.
 pub const ALLOC_COOKIE_PYTHON_API: u64 = 1;
+
+/// Or'ed into an `AllocThread` cookie by the sampler's marker probe (not
+/// an attach cookie): the record gets [`ALLOC_SAMPLER`].
+pub const ALLOC_COOKIE_SAMPLER: u64 = 2;
 
 /// A sampled heap allocation of a traced process (allocator mode), sent from
 /// the uretprobe of the outermost allocator call on the thread, with the

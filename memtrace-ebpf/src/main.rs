@@ -22,6 +22,7 @@ mod probes;
 mod pystack;
 mod record;
 mod sample;
+mod sharers;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

@@ -66,6 +66,11 @@ pub struct AgentArgs {
     /// 127.0.0.1) or `HOST:PORT` (e.g. `0.0.0.0:9464` for every interface).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// The node's name in the windows (`host.name`); by default the
+    /// kernel's host name, which in a Kubernetes pod is the pod's: pass the
+    /// node's there (`spec.nodeName` through the downward API).
+    #[arg(long, value_name = "NAME")]
+    pub host_name: Option<String>,
     /// Paths per service in memtrace_path_held_bytes (the largest held).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
@@ -383,15 +388,21 @@ pub struct CommonArgs {
     /// No live view while recording.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Also hook the allocators of each traced process (CPython's
-    /// PyObject_/PyMem_ API and libc malloc/calloc/realloc/free, with
-    /// uprobes for that process only): per path, bytes allocated, freed,
-    /// leaked, live at the high-water mark, and temporary, sampled by bytes
-    /// with --sample-bytes as the mean. Costs about 3 us per allocator
-    /// call with its free (allocation-heavy code runs many times slower):
-    /// for short windows, or one worker of a service.
+    /// Also hook the allocators of each traced process: per path, bytes
+    /// allocated, freed, leaked, live at the high-water mark, and
+    /// temporary, sampled by bytes with --sample-bytes as the mean. How
+    /// they are hooked: --alloc-hooks.
     #[arg(long)]
     pub allocations: bool,
+    /// With --allocations: `sampler` (the default of `run`) loads memtrace's
+    /// sampler library into the command (LD_PRELOAD and a sitecustomize
+    /// first on PYTHONPATH), which samples in the process and enters the
+    /// kernel for sampled blocks only (about 1.1-1.4x on allocation-heavy
+    /// code); `uprobes` (the default and only way of `record`) traps every
+    /// allocator call into the kernel (about 2 us a call: many times
+    /// slower).
+    #[arg(long, value_enum, value_name = "HOOKS")]
+    pub alloc_hooks: Option<AllocHooksArg>,
     /// With --allocations: which bytes weigh the allocation folded stacks
     /// written beside the report (`<stem>.allocations.folded`).
     #[arg(long, value_enum, default_value_t = AllocWeightArg::Leaked)]
@@ -402,6 +413,15 @@ pub struct CommonArgs {
     /// interpreters (Debian's `pythonX.Y-dbg` unpacked elsewhere).
     #[arg(long, value_name = "DIR")]
     pub debug_dir: Vec<PathBuf>,
+}
+
+/// `--alloc-hooks` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AllocHooksArg {
+    /// memtrace's sampler library in the process; uprobes on its markers.
+    Sampler,
+    /// Uprobes on every allocator entry point.
+    Uprobes,
 }
 
 /// `--alloc-weight` values.

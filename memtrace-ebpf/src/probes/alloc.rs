@@ -24,8 +24,8 @@ use aya_ebpf::{
 };
 use memtrace_common::{
     AllocCall, AllocRecord, FreeRecord, LiveBlock, LiveKey, RecordHeader, RecordKind,
-    ALLOC_COOKIE_PYTHON_API, ALLOC_EXP_DRAWS_LEN, ALLOC_PYTHON_API, ALLOC_STAT_CALLS,
-    ALLOC_STAT_LIVE_FULL, ALLOC_UNTRACKED,
+    ALLOC_COOKIE_PYTHON_API, ALLOC_COOKIE_SAMPLER, ALLOC_EXP_DRAWS_LEN, ALLOC_PYTHON_API,
+    ALLOC_SAMPLER, ALLOC_STAT_CALLS, ALLOC_STAT_LIVE_FULL, ALLOC_UNTRACKED,
 };
 
 use crate::{
@@ -259,7 +259,7 @@ fn leave(returned: u64, regs: *const pt_regs) {
     }
     // SAFETY: as above.
     unsafe { (*thread).countdown_bytes = exponential_draw() };
-    record_block(tgid, &state, addr, regs);
+    record_block(tgid, &state, addr, regs, true);
 }
 
 /// The block a finished call returned, `None` when it failed or returned
@@ -277,11 +277,17 @@ fn block_address(state: &AllocThread, returned: u64) -> Option<u64> {
     (returned != 0 && state.size_bytes != 0).then_some(returned)
 }
 
-/// A sampled block: into the live set, and to userspace the caller's user
-/// stack (`NativeStackRecord`), then an `AllocRecord` with the same tid and
-/// time.
+/// A sampled block: into the live set (when its free will be seen,
+/// `trackable`), and to userspace the user stack at `regs`
+/// (`NativeStackRecord`), then an `AllocRecord` with the same tid and time.
 #[inline(always)]
-fn record_block(tgid: u32, state: &AllocThread, addr: u64, regs: *const pt_regs) {
+pub(crate) fn record_block(
+    tgid: u32,
+    state: &AllocThread,
+    addr: u64,
+    regs: *const pt_regs,
+    trackable: bool,
+) {
     let key = LiveKey {
         tgid,
         _pad: 0,
@@ -290,14 +296,19 @@ fn record_block(tgid: u32, state: &AllocThread, addr: u64, regs: *const pt_regs)
     let block = LiveBlock {
         size_bytes: state.size_bytes,
     };
-    let mut flags = if ALLOC_LIVE.insert(key, block, 0).is_ok() {
+    let mut flags = if trackable && ALLOC_LIVE.insert(key, block, 0).is_ok() {
         0
     } else {
-        count_stat(ALLOC_STAT_LIVE_FULL);
+        if trackable {
+            count_stat(ALLOC_STAT_LIVE_FULL);
+        }
         ALLOC_UNTRACKED
     };
-    if state.cookie == ALLOC_COOKIE_PYTHON_API {
+    if state.cookie & ALLOC_COOKIE_PYTHON_API != 0 {
         flags |= ALLOC_PYTHON_API;
+    }
+    if state.cookie & ALLOC_COOKIE_SAMPLER != 0 {
+        flags |= ALLOC_SAMPLER;
     }
     let header = header(RecordKind::Alloc, tgid);
     // SAFETY: `regs` is the probe's context; the verifier allows the loads.
@@ -349,7 +360,7 @@ fn fill_alloc(
 /// A block of `tgid` at `addr` was freed: if it was sampled, out of the
 /// live set and a `FreeRecord` to userspace.
 #[inline(always)]
-fn forget_block(tgid: u32, addr: u64) {
+pub(crate) fn forget_block(tgid: u32, addr: u64) {
     let key = LiveKey {
         tgid,
         _pad: 0,

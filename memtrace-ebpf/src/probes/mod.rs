@@ -4,5 +4,6 @@
 pub mod alloc;
 pub mod faults;
 pub mod rss;
+pub mod sampler;
 pub mod sched;
 pub mod syscalls;

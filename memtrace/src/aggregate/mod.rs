@@ -36,8 +36,8 @@ use memtrace_common::ProcessCounters;
 pub use buckets::{PathPoint, INITIAL_PATH_BUCKET_NS, MAX_PATH_BUCKETS};
 pub(crate) use counters_serde::CountersDef;
 pub use model::{
-    show_full_paths, ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart,
-    PythonStatus, Role, Sharing,
+    display_file, show_full_paths, ExitBegin, ExitStatus, Frame, MappingKind, ProcessId,
+    ProcessStart, PythonStatus, Role, Sharing,
 };
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{

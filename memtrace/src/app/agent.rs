@@ -47,10 +47,11 @@ pub(super) async fn run(args: AgentArgs) -> Result<ExitCode> {
     let mut sinks = open_sinks(&args)?;
     let common = common_args(&args);
     let (mut session, mut reader) =
-        Session::start_with_ring(&common, "memtrace agent", Some(AGENT_RING_BYTES))?;
+        Session::start_without_files(&common, "memtrace agent", Some(AGENT_RING_BYTES))?;
     session.attached(false);
     let mut discovery = Discovery::new(selector, proc::self_and_ancestors());
-    let mut windows = WindowBuilder::new(host_name(), unix_ns());
+    let mut windows =
+        WindowBuilder::new(args.host_name.clone().unwrap_or_else(host_name), unix_ns());
     let mut counts = SinkCounts::default();
     discover(&mut session, &mut discovery)?;
     eprintln!(
@@ -165,6 +166,7 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
         allocations: false,
         alloc_weight: crate::cli::AllocWeightArg::Leaked,
         debug_dir: Vec::new(),
+        alloc_hooks: None,
         gate: GateArgs {
             fail_above: None,
             fail_on_cause: Vec::new(),

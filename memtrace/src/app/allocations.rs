@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use memtrace_common::{
-    AllocRecord, ForkRecord, FreeRecord, ProcessCounters, ALLOC_PYTHON_API, ALLOC_UNTRACKED,
-    MM_ANONPAGES,
+    AllocRecord, ForkRecord, FreeRecord, ProcessCounters, ALLOC_PYTHON_API, ALLOC_SAMPLER,
+    ALLOC_UNTRACKED, MM_ANONPAGES,
 };
 
 use super::session::{monotonic_ns, Session};
@@ -93,7 +93,8 @@ impl Session {
             return;
         };
         let libc = mapped_libc(tgid);
-        if python_binary.is_none() && libc.is_none() {
+        let sampler = self.alloc_sampler.as_ref().map(|files| files.library());
+        if sampler.is_none() && python_binary.is_none() && libc.is_none() {
             let reason = "it maps no CPython allocator and no glibc libc.so".to_owned();
             report_not_hooked(tgid, &reason);
             tracker.not_hooked(tgid, reason);
@@ -104,6 +105,7 @@ impl Session {
             start_time_ns,
             python_binary.as_deref(),
             libc.as_deref(),
+            sampler,
         ) {
             Ok(binaries) => {
                 let names = binaries.iter().map(|p| file_name(p)).collect();
@@ -120,6 +122,19 @@ impl Session {
         }
     }
 
+    /// The end of a session with the sampler: sampling stops in every
+    /// hooked process still running (its wrappers only forward from now).
+    pub(super) fn stop_samplers(&self) {
+        let Some(files) = &self.alloc_sampler else {
+            return;
+        };
+        for tgid in self.tracer.hooked_allocators() {
+            if let Err(err) = files.stop_sampling(tgid) {
+                eprintln!("memtrace: process {tgid}: cannot stop its sampler: {err:#}");
+            }
+        }
+    }
+
     /// A sampled allocation, with the native chain of the stack sent before
     /// it (its innermost frame alone when that record was lost).
     pub(super) fn on_alloc(&mut self, record: &AllocRecord) {
@@ -128,8 +143,11 @@ impl Session {
         }
         let tgid = record.header.tgid;
         let count = (record.frame_count as usize).min(record.frames.len());
+        // The sampler's marker is entered, not returned to: its own frames
+        // are dropped by the unwinder.
+        let ip_is_return = record.flags & ALLOC_SAMPLER == 0;
         let native = match self.take_native_stack(&record.header) {
-            Some(copy) => self.native_chain(tgid, &copy, count > 0, true),
+            Some(copy) => self.native_chain(tgid, &copy, count > 0, ip_is_return),
             None => self.native_leaf(tgid, record.native_ip),
         };
         let stack = self.stack(tgid, record.stack_status, &record.frames[..count], native);

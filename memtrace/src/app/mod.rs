@@ -16,6 +16,7 @@ mod native;
 mod output;
 mod probing;
 mod records;
+mod sampler;
 mod session;
 
 use std::process::ExitCode;
@@ -23,7 +24,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 
 use crate::aggregate::Role;
-use crate::cli::{Cli, Command, CommonArgs};
+use crate::cli::{AllocHooksArg, Cli, Command, CommonArgs};
 use crate::process::{launch::spawn_held, proc};
 use session::Session;
 
@@ -55,9 +56,15 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
     for &pid in &pids {
         check_target(pid, allow_init, common.no_follow_forks)?;
     }
+    if common.allocations && common.alloc_hooks == Some(AllocHooksArg::Sampler) {
+        anyhow::bail!(
+            "--alloc-hooks sampler needs the sampler loaded at the program's start: use \
+             `memtrace run --allocations`; `record --pid` hooks the allocators with uprobes"
+        );
+    }
     let files = files::RunFiles::prepare(&mut common)?;
     let command = format!("memtrace record --pid {}", join(&pids));
-    let (mut session, mut reader) = Session::start(&common, &command)?;
+    let (mut session, mut reader) = Session::start(&common, &command, None)?;
     for &pid in &pids {
         let root = session.add_running(pid, None, root_role(pid))?;
         if !common.no_follow_forks {
@@ -83,13 +90,19 @@ async fn run_command(
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    let (mut session, mut reader) = Session::start(&common, &command)?;
-    let envs: &[(&str, &str)] = if python_malloc {
-        &[("PYTHONMALLOC", "malloc")]
-    } else {
-        &[]
-    };
-    let held = spawn_held(argv, envs)?;
+    let sampler = (common.allocations
+        && common.alloc_hooks.unwrap_or(AllocHooksArg::Sampler) == AllocHooksArg::Sampler)
+        .then(sampler::SamplerFiles::write)
+        .transpose()?;
+    let mut envs = Vec::new();
+    if python_malloc {
+        envs.push(("PYTHONMALLOC".to_owned(), "malloc".into()));
+    }
+    if let Some(files) = &sampler {
+        envs.extend(files.environment(common.sample_bytes));
+    }
+    let (mut session, mut reader) = Session::start(&common, &command, sampler)?;
+    let held = spawn_held(argv, &envs)?;
     session.add_launched(held.pid)?;
     session.attached(true);
     let mut child = held.release()?;

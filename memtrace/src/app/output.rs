@@ -38,6 +38,7 @@ impl Session {
         command_status: Option<ExitStatus>,
     ) -> Result<ExitCode> {
         let end_ns = monotonic_ns().max(self.start_ns);
+        self.stop_samplers();
         // The final allocations report, with the live set counted, goes
         // into the capture before its `end` line.
         let allocations = self.allocations_report(true);

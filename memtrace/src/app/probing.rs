@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::session::Session;
 use crate::{
     aggregate::PythonStatus,
-    process::{proc, PythonState},
+    process::{maps, proc, PythonState},
     python::{self, Probe},
 };
 
@@ -45,7 +45,7 @@ impl Session {
                     self.set_python_status(tgid, PythonStatus::Unsupported { reason });
                     return;
                 }
-                self.watch_finalization(&process.binary, process.version);
+                self.watch_finalization(tgid, &process.binary, process.version);
                 self.hook_allocator(tgid, Some(process.binary.clone()));
                 self.resolver.register(tgid, &process);
                 if let Some(id) = self.tree.id_of(tgid) {
@@ -80,14 +80,23 @@ impl Session {
         matches!((kernel, handled), (Some(kernel), Some(handled)) if kernel != handled)
     }
 
-    /// Attaches the finalization uprobes to `binary` (once per binary) for
-    /// CPython `version`; a missing symbol or a failure costs only the
-    /// precision of the end of those processes' lives, said once on stderr
-    /// and in the report's warnings.
-    fn watch_finalization(&mut self, binary: &std::path::Path, version: python::PythonVersion) {
+    /// Attaches the finalization uprobes to `binary` for CPython `version`
+    /// as `tgid` mapped it (once per file), reached through
+    /// [`maps::reachable_path`] (an interpreter in another mount namespace,
+    /// or deleted and replaced on disk, is read and probed as the very file
+    /// mapped); a missing symbol or a failure costs only the precision of
+    /// the end of those processes' lives, said once on stderr and in the
+    /// report's warnings.
+    fn watch_finalization(
+        &mut self,
+        tgid: u32,
+        binary: &std::path::Path,
+        version: python::PythonVersion,
+    ) {
+        let reachable = maps::reachable_path(tgid, binary).unwrap_or_else(|| binary.to_owned());
         let caveat = match self
             .tracer
-            .attach_python_finalize(binary, (version.major, version.minor))
+            .attach_python_finalize(&reachable, (version.major, version.minor))
         {
             Ok(point) => point.caveat(binary),
             Err(err) => Some(format!(

@@ -33,12 +33,19 @@ use crate::{
     symbolize::{NativeSymbolizer, NativeUnwinder},
 };
 
-/// What `--allocations` costs the traced processes, said when it starts:
-/// `cargo xtask bench --peers` measured about 3 us added per allocator call
-/// with its free on the 2-core VM (README, "Allocator mode").
-const ALLOCATOR_MODE_COST: &str = "allocator mode: every allocator call of the traced processes \
-     now enters the kernel (about 3 us each, with its free; allocation-heavy code runs many \
-     times slower): keep the window short, or trace one worker, not the whole service";
+/// What `--allocations --alloc-hooks uprobes` costs the traced processes,
+/// said when it starts: `cargo xtask bench --peers` measured about 2 us
+/// added per allocator call with its free on the 2-core VM (README,
+/// "Allocator mode").
+const UPROBES_COST: &str = "allocator mode with uprobes: every allocator call of the traced \
+     processes now enters the kernel (about 2 us each, with its free; allocation-heavy code runs \
+     many times slower): keep the window short, or trace one worker, not the whole service";
+
+/// What `--allocations` with the sampler costs, said when it starts
+/// (README, "Allocator mode").
+const SAMPLER_COST: &str = "allocator mode with the in-process sampler: memtrace's sampler \
+     library is preloaded into the command and wraps CPython's allocators and libc malloc; \
+     allocation-heavy code runs about 1.1-1.4x slower";
 
 /// How often the kernel's per-process counters are read (the recorder keeps
 /// about one read per process per second for the RSS timeline, with PSS and
@@ -117,6 +124,9 @@ pub(super) struct Session {
     /// `--allocations`: the CPython binary whose allocator API is hooked,
     /// per process (a fork's child gets its parent's).
     pub(super) alloc_python_binary: std::collections::HashMap<u32, std::path::PathBuf>,
+    /// `--alloc-hooks sampler`: this session's sampler library, whose
+    /// markers the allocator probes go on.
+    pub(super) alloc_sampler: Option<super::sampler::SamplerFiles>,
     /// `--allocations --capture`: the allocations report last written to
     /// the capture, and when.
     pub(super) alloc_captured: Option<(AllocationsReport, std::time::Instant)>,
@@ -135,20 +145,38 @@ pub(super) fn monotonic_ns() -> u64 {
 impl Session {
     /// Loads and attaches the kernel side and creates the capture file;
     /// returns the session and the reader of its ring buffer.
-    pub(super) fn start(common: &CommonArgs, command: &str) -> Result<(Self, RecordReader)> {
-        Self::start_with_ring(common, command, None)
-    }
-
-    /// [`Session::start`] with a records ring buffer of `ring_bytes` (`None`:
-    /// the object's 32 MiB).
-    pub(super) fn start_with_ring(
+    /// With `sampler` (`--alloc-hooks sampler`), the allocator probes go on
+    /// its library's markers.
+    pub(super) fn start(
         common: &CommonArgs,
         command: &str,
-        ring_bytes: Option<u32>,
+        sampler: Option<super::sampler::SamplerFiles>,
     ) -> Result<(Self, RecordReader)> {
         let load_started = Instant::now();
         super::output::check_output_dir(&common.output_dir)?;
         super::output::check_per_process(common);
+        Self::load(common, command, sampler, None, load_started)
+    }
+
+    /// [`Session::start`] for a session that writes no report files
+    /// (`memtrace agent`), with a records ring buffer of `ring_bytes`
+    /// (`None`: the object's 32 MiB).
+    pub(super) fn start_without_files(
+        common: &CommonArgs,
+        command: &str,
+        ring_bytes: Option<u32>,
+    ) -> Result<(Self, RecordReader)> {
+        Self::load(common, command, None, ring_bytes, Instant::now())
+    }
+
+    /// Loads and attaches the kernel side (begun at `load_started`).
+    fn load(
+        common: &CommonArgs,
+        command: &str,
+        sampler: Option<super::sampler::SamplerFiles>,
+        ring_bytes: Option<u32>,
+        load_started: Instant,
+    ) -> Result<(Self, RecordReader)> {
         let options = TracerOptions {
             sample_interval_bytes: common.sample_bytes,
             follow_forks: !common.no_follow_forks,
@@ -193,11 +221,17 @@ impl Session {
                 .allocations
                 .then(|| AllocationTracker::new(common.sample_bytes)),
             alloc_python_binary: std::collections::HashMap::new(),
+            alloc_sampler: sampler,
             alloc_captured: None,
             census: super::census::CensusWorker::start(),
         };
         if common.allocations {
-            eprintln!("memtrace: {ALLOCATOR_MODE_COST}");
+            let cost = if session.alloc_sampler.is_some() {
+                SAMPLER_COST
+            } else {
+                UPROBES_COST
+            };
+            eprintln!("memtrace: {cost}");
         }
         Ok((session, reader))
     }

@@ -19,8 +19,9 @@ use super::elf_symbols::{ElfSymbols, Image};
 /// The uretprobe attached at every allocating entry point (not the frees).
 pub const RETURN_PROGRAM: &str = "alloc_return";
 
-/// The entry uprobe programs of `memtrace-ebpf/src/probes/alloc.rs`.
-pub const ENTRY_PROGRAMS: [&str; 7] = [
+/// The entry uprobe programs of `memtrace-ebpf/src/probes/alloc.rs` and
+/// `sampler.rs`.
+pub const ENTRY_PROGRAMS: [&str; 9] = [
     "alloc_malloc",
     "alloc_calloc",
     "alloc_realloc",
@@ -28,10 +29,18 @@ pub const ENTRY_PROGRAMS: [&str; 7] = [
     "alloc_posix_memalign",
     "alloc_free",
     "alloc_free_second",
+    "alloc_sampled",
+    "alloc_sampled_free",
 ];
 
-/// The programs that need no uretprobe (a free returns nothing to record).
-const FREE_PROGRAMS: [&str; 2] = ["alloc_free", "alloc_free_second"];
+/// The programs that need no uretprobe: a free returns nothing to record,
+/// and the sampler's markers are called with the block already made.
+const NO_RETURN_PROGRAMS: [&str; 4] = [
+    "alloc_free",
+    "alloc_free_second",
+    "alloc_sampled",
+    "alloc_sampled_free",
+];
 
 /// pymalloc's own free, `_PyObject_Free(ctx, ptr)` (Objects/obmalloc.c), a
 /// `.symtab` symbol. `PyObject_Free` and `PyMem_Free` jump to it through
@@ -85,6 +94,14 @@ pub const LIBC_HOOKS: [(&str, &str); 6] = [
     ("aligned_alloc", "alloc_aligned_alloc"),
     ("posix_memalign", "alloc_posix_memalign"),
     ("free", "alloc_free"),
+];
+
+/// The in-process sampler's marker functions (`memtrace/sampler`, in the
+/// library memtrace writes for `--alloc-hooks sampler`): symbol and entry
+/// program.
+pub const SAMPLER_HOOKS: [(&str, &str); 2] = [
+    (memtrace_common::SAMPLER_ALLOC_SYMBOL, "alloc_sampled"),
+    (memtrace_common::SAMPLER_FREE_SYMBOL, "alloc_sampled_free"),
 ];
 
 /// Errors of attaching the allocator probes of one process.
@@ -206,6 +223,7 @@ const PROLOGUE_BYTES: usize = 16;
 
 /// x86-64 register numbers (ModRM encoding) of the System V argument
 /// registers the entry programs read.
+const RCX: u8 = 1;
 const RDX: u8 = 2;
 const RSP: u8 = 4;
 const RSI: u8 = 6;
@@ -219,6 +237,8 @@ fn arguments_of(program: &str) -> &'static [u8] {
         "alloc_calloc" | "alloc_realloc" => &[RDI, RSI],
         "alloc_aligned_alloc" | "alloc_free_second" => &[RSI],
         "alloc_posix_memalign" => &[RDI, RDX],
+        "alloc_sampled_free" => &[RDI],
+        "alloc_sampled" => &[RDI, RSI, RDX, RCX],
         _ => &[RDI, RSI, RDX],
     }
 }
@@ -337,7 +357,7 @@ pub fn attach_binary(
             continue;
         };
         let program = match phase {
-            Phase::Returns if FREE_PROGRAMS.contains(&program) => continue,
+            Phase::Returns if NO_RETURN_PROGRAMS.contains(&program) => continue,
             Phase::Returns => RETURN_PROGRAM,
             Phase::Entries => program,
         };

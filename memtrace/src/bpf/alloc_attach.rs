@@ -17,7 +17,7 @@ use memtrace_common::{
     ALLOC_LIVE_MAP, ALLOC_STATS_MAP, ALLOC_STAT_CALLS, ALLOC_STAT_LIVE_FULL,
 };
 
-use super::alloc::{self, AllocAttachError, LIBC_HOOKS, PYTHON_HOOKS};
+use super::alloc::{self, AllocAttachError, LIBC_HOOKS, PYTHON_HOOKS, SAMPLER_HOOKS};
 use super::alloc_hooked::Claim;
 use super::{map_error, map_mut, program_error, program_mut, BpfError, Tracer};
 
@@ -34,7 +34,10 @@ impl Tracer {
     /// Allocator mode: attaches the allocator probes for process `tgid`
     /// (started at `start_time_ns`, boot-time ns) only, to the CPython
     /// allocator API in `python_binary` (its executable or libpython) and to
-    /// glibc's `malloc` family in `libc`. Returns the binaries hooked. The
+    /// glibc's `malloc` family in `libc`; with `sampler` (the in-process
+    /// sampler's library, `--alloc-hooks sampler`), to its two marker
+    /// functions only, which the process may map later: the kernel places
+    /// the probes when it does. Returns the binaries hooked. The
     /// same process already hooked is left as it is; probes an earlier
     /// process with the tgid left (its exit record was lost) are detached
     /// and its blocks dropped from the live set first.
@@ -48,6 +51,7 @@ impl Tracer {
         start_time_ns: u64,
         python_binary: Option<&Path>,
         libc: Option<&Path>,
+        sampler: Option<&Path>,
     ) -> Result<Vec<PathBuf>, AllocAttachError> {
         match self.alloc_links.claim(tgid, start_time_ns) {
             Claim::Hooked => return Ok(Vec::new()),
@@ -60,14 +64,17 @@ impl Tracer {
         let Some(pid) = NonZeroU32::new(tgid) else {
             return Ok(Vec::new());
         };
-        let candidates = [
-            (
-                python_binary,
-                &PYTHON_HOOKS[..],
-                Some(ALLOC_COOKIE_PYTHON_API),
-            ),
-            (libc, &LIBC_HOOKS[..], None),
-        ];
+        let candidates = match sampler {
+            Some(library) => vec![(Some(library), &SAMPLER_HOOKS[..], None)],
+            None => vec![
+                (
+                    python_binary,
+                    &PYTHON_HOOKS[..],
+                    Some(ALLOC_COOKIE_PYTHON_API),
+                ),
+                (libc, &LIBC_HOOKS[..], None),
+            ],
+        };
         let mut targets = Vec::new();
         let mut no_symbols = None;
         for (path, hooks, cookie) in candidates {
@@ -116,6 +123,11 @@ impl Tracer {
         };
         alloc::detach(&mut self.ebpf, links);
         self.drop_live_blocks(tgid)
+    }
+
+    /// Allocator mode: the processes whose allocator probes are attached.
+    pub fn hooked_allocators(&self) -> Vec<u32> {
+        self.alloc_links.tgids()
     }
 
     /// Removes every `ALLOC_LIVE` entry of `tgid` (one pass over the map's

@@ -53,6 +53,11 @@ impl<L> HookedProcesses<L> {
         self.by_tgid.insert(tgid, (start_time_ns, links));
     }
 
+    /// The tgids hooked.
+    pub fn tgids(&self) -> Vec<u32> {
+        self.by_tgid.keys().copied().collect()
+    }
+
     /// The links of whatever process has `tgid` (it exited or exec'd).
     pub fn remove(&mut self, tgid: u32) -> Option<Vec<L>> {
         self.by_tgid.remove(&tgid).map(|(_, links)| links)

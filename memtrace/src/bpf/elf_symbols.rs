@@ -201,10 +201,31 @@ fn find_debug_file(build_id: &[u8], debug_dirs: &[PathBuf]) -> Option<DebugFile>
     })
 }
 
-/// The images read so far, by path, each read once.
+/// What tells one file from another however it is reached (its own path,
+/// `/proc/PID/map_files/...` of each process that maps it): its device and
+/// inode, else (when it cannot be read) its path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum FileIdentity {
+    Inode { dev: u64, ino: u64 },
+    Path(PathBuf),
+}
+
+/// The [`FileIdentity`] of `path`.
+pub(super) fn file_identity(path: &Path) -> FileIdentity {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).map_or_else(
+        |_| FileIdentity::Path(path.to_owned()),
+        |m| FileIdentity::Inode {
+            dev: m.dev(),
+            ino: m.ino(),
+        },
+    )
+}
+
+/// The images read so far, by file, each read once.
 pub struct ElfSymbols {
     debug_dirs: Vec<PathBuf>,
-    images: HashMap<PathBuf, Arc<Image>>,
+    images: HashMap<FileIdentity, Arc<Image>>,
 }
 
 impl ElfSymbols {
@@ -219,16 +240,17 @@ impl ElfSymbols {
         }
     }
 
-    /// The image at `path`, read on first use.
+    /// The image at `path`, read on first use of its file.
     ///
     /// # Errors
     /// See [`Image::read`].
     pub fn image(&mut self, path: &Path) -> anyhow::Result<Arc<Image>> {
-        if let Some(image) = self.images.get(path) {
+        let key = file_identity(path);
+        if let Some(image) = self.images.get(&key) {
             return Ok(Arc::clone(image));
         }
         let image = Arc::new(Image::read(path, &self.debug_dirs)?);
-        self.images.insert(path.to_owned(), Arc::clone(&image));
+        self.images.insert(key, Arc::clone(&image));
         Ok(image)
     }
 }

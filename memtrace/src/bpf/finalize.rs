@@ -4,14 +4,14 @@
 //! what is lost when a binary lacks one of them.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use aya::programs::{
     uprobe::{UProbeAttachLocation, UProbeScope},
     UProbe,
 };
 
-use super::elf_symbols::{Function, Image};
+use super::elf_symbols::{file_identity, FileIdentity, Function, Image};
 use super::{program_error, program_mut, BpfError, Tracer};
 
 /// The uprobe that begins the exit on entry to [`PYTHON_FINALIZE_SYMBOLS`]
@@ -103,10 +103,11 @@ impl ExitPoint {
     }
 }
 
-/// The exit point of each binary probed so far.
+/// The exit point of each binary probed so far, by file (however it was
+/// reached: its own path, or `/proc/PID/map_files/...`).
 #[derive(Default)]
 pub(super) struct FinalizeProbes {
-    by_binary: HashMap<PathBuf, ExitPoint>,
+    by_binary: HashMap<FileIdentity, ExitPoint>,
 }
 
 impl Tracer {
@@ -126,7 +127,8 @@ impl Tracer {
         binary: &Path,
         (major, minor): (u8, u8),
     ) -> Result<ExitPoint, BpfError> {
-        if let Some(point) = self.finalize.by_binary.get(binary) {
+        let key = file_identity(binary);
+        if let Some(point) = self.finalize.by_binary.get(&key) {
             return Ok(point.clone());
         }
         let image = self
@@ -166,9 +168,7 @@ impl Tracer {
         for entry in &entries {
             self.attach_at(entry_program, entry, binary)?;
         }
-        self.finalize
-            .by_binary
-            .insert(binary.to_owned(), point.clone());
+        self.finalize.by_binary.insert(key, point.clone());
         Ok(point)
     }
 

@@ -55,7 +55,10 @@ pub struct HeldChild {
 /// [`LaunchError`] when `argv` is empty, the pipes cannot be made, or fork
 /// fails; an exec failure (no such program) is reported by
 /// [`HeldChild::release`].
-pub fn spawn_held(argv: &[OsString], envs: &[(&str, &str)]) -> Result<HeldChild, LaunchError> {
+pub fn spawn_held(
+    argv: &[OsString],
+    envs: &[(String, OsString)],
+) -> Result<HeldChild, LaunchError> {
     let (program, args) = argv.split_first().ok_or(LaunchError::Empty)?;
     let command = argv
         .iter()
@@ -70,7 +73,7 @@ pub fn spawn_held(argv: &[OsString], envs: &[(&str, &str)]) -> Result<HeldChild,
     let (go_rx, go_tx) = std::io::pipe().map_err(pipe_err)?;
     let mut cmd = Command::new(program);
     cmd.args(args);
-    cmd.envs(envs.iter().copied());
+    cmd.envs(envs.iter().map(|(name, value)| (name, value)));
     let pid_tx = OwnedFd::from(pid_tx);
     let go_rx = OwnedFd::from(go_rx);
     // SAFETY: the closure runs in the forked child before exec and only calls

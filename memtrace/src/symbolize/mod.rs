@@ -12,12 +12,13 @@ pub use native::{NativeName, NativeSymbolizer};
 pub use unwind::{NativeUnwinder, StackCopy};
 
 /// Whether the ELF file named `file_name` (`libc.so.6`) is the C runtime:
-/// glibc's `libc`, `libm`, `libpthread`, `libdl`, the dynamic loader or the
-/// vDSO. Code there runs on behalf of whoever called it (a `memcpy` into a
+/// glibc's `libc`, `libm`, `libpthread`, `libdl`, the dynamic loader, the
+/// vDSO, or memtrace's allocation sampler (`--alloc-hooks sampler`: its
+/// `malloc` wraps glibc's). Code there runs on behalf of whoever called it (a `memcpy` into a
 /// buffer an extension asked CPython for), so it names no one's memory.
 #[must_use]
 pub fn is_c_runtime(file_name: &str) -> bool {
-    const RUNTIME: [&str; 7] = [
+    const RUNTIME: [&str; 8] = [
         "libc.",
         "libc-",
         "ld-linux",
@@ -25,6 +26,7 @@ pub fn is_c_runtime(file_name: &str) -> bool {
         "libpthread",
         "libdl",
         "[vdso",
+        "libmemtrace_sampler",
     ];
     RUNTIME.iter().any(|prefix| file_name.starts_with(prefix))
 }

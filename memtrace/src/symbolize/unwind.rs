@@ -122,6 +122,9 @@ struct Mapped {
     eval_loop: Option<Range<u64>>,
     /// Whether it is the C runtime.
     c_runtime: bool,
+    /// Whether it is memtrace's allocation sampler (`--alloc-hooks
+    /// sampler`), whose frames at the top of a stack are left out.
+    sampler: bool,
 }
 
 /// One process's modules and framehop state.
@@ -175,6 +178,9 @@ impl NativeUnwinder {
                 FrameAddress::InstructionPointer(ip) if !copy.ip_is_return => ip,
                 other => other.address().wrapping_sub(1),
             };
+            if frames.is_empty() && in_sampler(&process.mapped, lookup_ip) {
+                continue; // the allocation sampler's own frames
+            }
             frames.push(NativeFrame {
                 lookup_ip,
                 place: place_of(&process.mapped, lookup_ip),
@@ -265,7 +271,8 @@ impl NativeUnwinder {
                 range: start..end,
                 bias,
                 eval_loop: file.eval_loop.clone(),
-                c_runtime: file_name.is_some_and(|n| super::is_c_runtime(&n)),
+                c_runtime: file_name.as_ref().is_some_and(|n| super::is_c_runtime(n)),
+                sampler: file_name.is_some_and(|n| n == memtrace_common::SAMPLER_FILE_NAME),
             });
         }
         Some(ProcessModules {
@@ -276,6 +283,11 @@ impl NativeUnwinder {
             unknown_ips: std::collections::HashSet::new(),
         })
     }
+}
+
+/// Whether `ip` is in the allocation sampler's library.
+fn in_sampler(mapped: &[Mapped], ip: u64) -> bool {
+    mapped.iter().any(|m| m.sampler && m.range.contains(&ip))
 }
 
 /// Where `ip` is among the modules `mapped`.

@@ -89,17 +89,34 @@ fn growth_while_idle_is_retention() {
 }
 
 #[test]
-fn growth_without_an_idle_period_is_weak_retention() {
+fn growth_without_an_idle_period_is_strong_only_with_a_steady_held_rise() {
+    let busy: Vec<(u64, u64)> = (0..=12).map(|i| (12 + 10 * i, 30_000 * i)).collect();
+    // Held bytes that rise every second tell retention from load: strong,
+    // whether or not the window caught an idle period.
     let mut run = Run::new();
     let id = run.root(700, 0, 12);
-    let busy: Vec<(u64, u64)> = (0..=12).map(|i| (12 + 10 * i, 30_000 * i)).collect();
     run.readings(id, 0, &busy);
     for second in 0..6 {
         run.grow(id, "remember", second * S + S / 2, 20);
     }
-    let findings = findings(&run.finish(6 * S));
-    let retention = of(&findings, Pattern::Retention);
-    assert_eq!(retention.len(), 1, "{findings:#?}");
+    let steady = findings(&run.finish(6 * S));
+    let retention = of(&steady, Pattern::Retention);
+    assert_eq!(retention.len(), 1, "{steady:#?}");
+    assert_eq!(
+        retention[0].strength,
+        Strength::Strong,
+        "{:#?}",
+        retention[0]
+    );
+    // One burst, held, under constant activity: load and retention cannot
+    // be told apart.
+    let mut run = Run::new();
+    let id = run.root(700, 0, 12);
+    run.readings(id, 0, &busy);
+    run.grow(id, "remember", S / 2, 120);
+    let burst = findings(&run.finish(6 * S));
+    let retention = of(&burst, Pattern::Retention);
+    assert_eq!(retention.len(), 1, "{burst:#?}");
     assert_eq!(retention[0].strength, Strength::Weak);
     let last = retention[0].evidence.last().unwrap();
     assert!(last.contains("activity never dropped"), "{last}");

@@ -268,8 +268,8 @@ fn process_tree(report: &Report) -> String {
     }
     let _ = writeln!(
         html,
-        "; exact resident anonymous growth {}, file-backed growth {}, copy-on-write {}.</p>\n\
-         </section>",
+        "; pages touched, counting re-touches (exact, gross): anonymous {}, file-backed {}; \
+         copy-on-write copies of pages still shared {}.</p>\n</section>",
         format_bytes(t.anon_growth_bytes),
         format_bytes(t.file_growth_bytes),
         format_bytes(t.cow_fault_bytes),
