@@ -233,6 +233,13 @@ fn hold_then_exit(python: &std::path::Path, mode: &str, code: i32, began_by: &st
         &["--mib", "200", "--hold-seconds", "2", "--exit-mode", mode],
         code,
     );
+    check_hold_then_exit(trace, mode, began_by)
+}
+
+/// Checks a trace of `hold_then_exit.py --exit-mode MODE`: it ends at what
+/// it held just before it began to exit (by `began_by`), with no spike,
+/// and what `hold_memory` holds at the end; returns the trace.
+fn check_hold_then_exit(trace: Trace, mode: &str, began_by: &str) -> Trace {
     let exiting = trace.workload_event("exiting");
     let row = trace.row_of(exiting["pid"].as_u64().unwrap());
     // It ends at what it held just before it began to exit.
@@ -310,6 +317,40 @@ fn a_python_3_14_process_ends_after_its_threads_before_finalization() {
 #[test]
 fn a_python_3_15_process_ends_after_its_threads_before_finalization() {
     check_debian_exit("3.15");
+}
+
+/// 3.14 started through its loader (`ld-linux-x86-64.so.2 --library-path
+/// ... python3.14.unpatched`: `/proc/PID/exe` is the loader, the
+/// interpreter a file it mapped, not patchelf'd): stacks and the exit point
+/// are found in the interpreter's file; main returns at once (`thread`),
+/// so finalization is entered before memtrace has probed the process.
+#[test]
+fn a_python_3_14_started_through_its_loader_ends_at_what_it_held() {
+    let Some(loader) = common::debian_python_through_loader("3.14") else {
+        return;
+    };
+    require_ebpf!();
+    let tree = common::debian_tree("3.14");
+    let debug_dir = tree.join("usr/lib/debug");
+    let script = common::script("hold_then_exit.py");
+    let mut args = vec!["run", "--debug-dir", debug_dir.to_str().unwrap(), "--"];
+    args.extend(loader.iter().map(String::as_str));
+    args.extend([
+        script.to_str().unwrap(),
+        "--mib",
+        "200",
+        "--hold-seconds",
+        "2",
+        "--exit-mode",
+        "thread",
+    ]);
+    let trace = check_hold_then_exit(common::trace(&args), "thread", "python_finalize");
+    let exiting = trace.workload_event("exiting");
+    let row = trace.row_of(exiting["pid"].as_u64().unwrap());
+    assert_eq!(
+        row["python"]["version"].as_str().map(|v| &v[..4]),
+        Some("3.14")
+    );
 }
 
 #[test]

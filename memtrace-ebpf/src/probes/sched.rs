@@ -200,16 +200,21 @@ pub fn python_finalize_entered(_ctx: ProbeContext) -> u32 {
 /// Uprobe on CPython's `_PyThreadState_RemoveExcept` (3.14+): called by
 /// `_Py_Finalize` once the threads are joined and the `atexit` handlers
 /// ran, but also by `Py_EndInterpreter` (a sub-interpreter ends) and after
-/// `os.fork()` in the child; the exit begins here only once finalization
-/// was entered ([`python_finalize_entered`] on `_Py_Finalize`).
+/// `os.fork()` in the child. The exit begins here once finalization was
+/// entered ([`python_finalize_entered`]), or, when that probe came too late
+/// (main returned before the process was probed, and finalization waits
+/// for its threads), on the main thread, where finalization runs and where
+/// a pool's sub-interpreters (each in a thread of its own) do not end; the
+/// call after a fork is ignored as in [`python_finalize_teardown`].
 #[uprobe]
 pub fn python_finalize_teardown_entered(_ctx: ProbeContext) -> u32 {
-    let (tgid, _) = current_ids();
+    let (tgid, tid) = current_ids();
     let Some(counters) = traced(tgid) else {
         return 0;
     };
     // SAFETY: live map value of a traced process.
-    if unsafe { (*counters).exit_flags } & FINALIZE_ENTERED != 0 {
+    let flags = unsafe { clear_bits(&raw mut (*counters).exit_flags, AFTER_FORK) };
+    if flags & FINALIZE_ENTERED != 0 || (flags & AFTER_FORK == 0 && tid == tgid) {
         exit_begins(ExitBeginReason::PythonFinalize);
     }
     0

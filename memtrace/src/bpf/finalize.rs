@@ -24,8 +24,9 @@ pub(super) const PYTHON_FINALIZE_ENTERED_PROGRAM: &str = "python_finalize_entere
 /// unless the call is the one after `os.fork()`.
 pub(super) const PYTHON_TEARDOWN_PROGRAM: &str = "python_finalize_teardown";
 /// The uprobe on the [`teardown_symbol`] from 3.14, where
-/// `Py_EndInterpreter` calls it too: begins the exit only once
-/// finalization was entered.
+/// `Py_EndInterpreter` calls it too: begins the exit once finalization was
+/// entered, or on the main thread (a sub-interpreter closed on the main
+/// thread before finalization then begins it early).
 pub(super) const PYTHON_TEARDOWN_ENTERED_PROGRAM: &str = "python_finalize_teardown_entered";
 
 /// The programs of this module, loaded with the others.
@@ -142,7 +143,7 @@ impl Tracer {
         let teardown = image.function(teardown_name).cloned();
         let entries = functions(&image, &PYTHON_FINALIZE_SYMBOLS);
         // From 3.14 `Py_EndInterpreter` calls the teardown too: there it
-        // counts only after a finalize entry.
+        // counts only after a finalize entry or on the main thread.
         let strict = (major, minor) >= (3, 14);
         let teardown = teardown.filter(|_| !(strict && entries.is_empty()));
         let point = match (&teardown, entries.is_empty()) {
