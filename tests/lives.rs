@@ -398,6 +398,57 @@ fn a_process_of_the_static_interpreter_ends_before_finalization() {
     hold_then_exit(&python, "thread", 0, "python_finalize");
 }
 
+/// 3.11 execs Debian's 3.14 (same pid): two Python images, each with its
+/// version and its own function's growth.
+#[test]
+fn an_exec_into_python_3_14_reads_the_new_version() {
+    let python = require_ebpf!(python_3_11());
+    let next = require_ebpf!(debian_python("3.14"));
+    let debug_dir = common::debug_dir_of(&next).unwrap();
+    let script = common::script("grow_then_exec.py");
+    let trace = common::trace(&[
+        "run",
+        "--debug-dir",
+        debug_dir.to_str().unwrap(),
+        "--",
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--mib",
+        "60",
+        "--exec-python",
+        next.to_str().unwrap(),
+        "--then-mib",
+        "80",
+    ]);
+    let before = trace.workload_event("before_exec");
+    let grown = trace.workload_event("grown");
+    assert_eq!(before["pid"], grown["pid"]);
+    let rows = trace.rows_of(before["pid"].as_u64().unwrap());
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[0]["python"]["version"], "3.11.7");
+    assert!(
+        rows[1]["python"]["version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.14.")),
+        "{:#}",
+        rows[1]["python"]
+    );
+    for (row, function, expected) in [
+        (rows[0], "grow_before_exec", num(&before["growth_bytes"])),
+        (rows[1], "fill_cache", num(&grown["rss_growth_bytes"])),
+    ] {
+        let id = row["id"].as_u64().unwrap();
+        assert_near(
+            trace.path_bytes(id, function, "growth_bytes"),
+            expected,
+            SAMPLED,
+            0.0,
+            function,
+        );
+    }
+    assert_eq!(rows[1]["exit_began_by"], "python_finalize", "{:#}", rows[1]);
+}
+
 #[test]
 fn an_exec_keeps_the_python_image_before_it() {
     let python = require_ebpf!(python_3_11());
