@@ -180,6 +180,12 @@ pub struct ReportArgs {
     /// With --allocations: which bytes weigh the allocation paths.
     #[arg(long, value_enum, default_value_t = AllocWeightArg::Leaked)]
     pub alloc_weight: AllocWeightArg,
+    /// Also look for separate debug files by build-id under this folder
+    /// (`DIR/.build-id/xx/rest.debug`, before /usr/lib/debug; repeatable):
+    /// the symbols of the exit point and the allocator hooks of stripped
+    /// interpreters (Debian's `pythonX.Y-dbg` unpacked elsewhere).
+    #[arg(long, value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
 }
 
 /// How reports are drawn (`report`, and the --format outputs of `record`/`run`).
@@ -438,6 +444,12 @@ pub struct CommonArgs {
     /// Where the run's profile (one window, the whole run) also goes.
     #[command(flatten)]
     pub profile_sinks: ProfileSinkArgs,
+    /// Also look for separate debug files by build-id under this folder
+    /// (`DIR/.build-id/xx/rest.debug`, before /usr/lib/debug; repeatable):
+    /// the symbols of the exit point and the allocator hooks of stripped
+    /// interpreters (Debian's `pythonX.Y-dbg` unpacked elsewhere).
+    #[arg(long, value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
 }
 
 /// `--alloc-hooks` values.

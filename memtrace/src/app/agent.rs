@@ -151,6 +151,7 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
         quiet: true,
         allocations: false,
         alloc_weight: crate::cli::AllocWeightArg::Leaked,
+        debug_dir: Vec::new(),
         alloc_hooks: None,
         gate: GateArgs {
             fail_above: None,

@@ -64,6 +64,7 @@ impl Session {
             command_held: self.command_held,
             command_status,
             origin: crate::aggregate::Origin::here(self.attached_unix_ns),
+            exit_point_caveats: std::mem::take(&mut self.exit_point_caveats),
         };
         let census = self.census.finish();
         self.recorder.census(&census);

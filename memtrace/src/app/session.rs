@@ -109,6 +109,9 @@ pub(super) struct Session {
     pub(super) attached_unix_ns: u64,
     /// `memtrace run`: the command was held until attached.
     pub(super) command_held: bool,
+    /// What the missing exit-point symbols of the probed binaries cost,
+    /// one line per binary (for the report's warnings).
+    pub(super) exit_point_caveats: Vec<String>,
     pub(super) start_ns: u64,
     pub(super) sample_interval_bytes: u64,
     pub(super) stop_reason: Option<StopReason>,
@@ -187,6 +190,7 @@ impl Session {
             ring_bytes,
         };
         let mut tracer = Tracer::load(&options)?;
+        tracer.set_debug_dirs(&common.debug_dir);
         tracer.attach()?;
         let reader =
             RecordReader::new(tracer.take_records()?).context("cannot watch the ring buffer")?;
@@ -211,6 +215,7 @@ impl Session {
             attach_ns: 0,
             attached_unix_ns: 0,
             command_held: false,
+            exit_point_caveats: Vec::new(),
             start_ns,
             sample_interval_bytes: common.sample_bytes,
             stop_reason: None,
