@@ -37,6 +37,17 @@ pub enum Command {
     /// for days, closing a window every --interval for the fleet's
     /// backends (--metrics: Prometheus).
     Agent(AgentArgs),
+    /// Print the shell completion script for SHELL (e.g. `source <(memtrace
+    /// completions bash)`).
+    Completions(CompletionsArgs),
+}
+
+/// Arguments of `memtrace completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete memtrace's subcommands and options in.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 /// Arguments of `memtrace agent`.
