@@ -12,7 +12,6 @@ mod agent;
 mod allocations;
 mod census;
 mod files;
-mod native;
 mod output;
 mod probing;
 mod records;
@@ -64,6 +63,7 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
         );
     }
     let files = files::RunFiles::prepare(&mut common)?;
+    let profile_sinks = crate::sinks::open_profile_sinks(&common.profile_sinks)?;
     let command = format!("memtrace record --pid {}", join(&pids));
     progress(
         &common,
@@ -90,7 +90,7 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
     session.attached(false);
     traced(&common, &session);
     session.trace(&mut reader, &common, None).await?;
-    session.finish(&reader, &common, &files, None)
+    session.finish(&reader, &common, &files, None, profile_sinks)
 }
 
 /// `memtrace run -- CMD`: starts the command held before its execve, traces
@@ -102,6 +102,7 @@ async fn run_command(
     mut common: CommonArgs,
 ) -> Result<ExitCode> {
     let files = files::RunFiles::prepare(&mut common)?;
+    let profile_sinks = crate::sinks::open_profile_sinks(&common.profile_sinks)?;
     let command = argv
         .iter()
         .map(|a| a.to_string_lossy())
@@ -131,7 +132,7 @@ async fn run_command(
         .trace(&mut reader, &common, Some(&mut child))
         .await?;
     let status = session::stop_child(&mut child);
-    session.finish(&reader, &common, &files, status)
+    session.finish(&reader, &common, &files, status, profile_sinks)
 }
 
 /// `memtrace completions SHELL`: the completion script clap_complete writes

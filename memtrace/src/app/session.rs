@@ -12,7 +12,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use memtrace_common::{NativeStackRecord, ProcessCounters};
+use memtrace_common::ProcessCounters;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
@@ -29,8 +29,7 @@ use crate::{
         sharing::SharingReader,
         ProcessTree,
     },
-    python::FrameResolver,
-    symbolize::{NativeSymbolizer, NativeUnwinder},
+    stacks::StackAssembler,
 };
 
 /// What `--allocations --alloc-hooks uprobes` costs the traced processes,
@@ -87,12 +86,9 @@ pub(super) struct Session {
     /// `--capture`.
     pub(super) recorder: Recorder<BufWriter<File>>,
     pub(super) command: String,
-    pub(super) resolver: FrameResolver,
-    pub(super) symbolizer: NativeSymbolizer,
-    pub(super) unwinder: NativeUnwinder,
-    /// Each thread's last `NativeStackRecord`, until the allocation or
-    /// memory record sent after it.
-    pub(super) native_stacks: std::collections::HashMap<u32, Box<NativeStackRecord>>,
+    /// Code objects, symbols, unwind tables and pending native stacks, to
+    /// assemble each sampled record's stack with.
+    pub(super) stacks: StackAssembler,
     pub(super) mappings: MappingNames,
     /// Paced PSS/USS reads.
     pub(super) sharing: SharingReader,
@@ -195,10 +191,7 @@ impl Session {
             tree: ProcessTree::default(),
             recorder: Recorder::new(Aggregator::new(start_ns), writer, HELD_MAP_MAX_ENTRIES),
             command: command.to_owned(),
-            resolver: FrameResolver::default(),
-            symbolizer: NativeSymbolizer::default(),
-            unwinder: NativeUnwinder::default(),
-            native_stacks: std::collections::HashMap::new(),
+            stacks: StackAssembler::default(),
             mappings: MappingNames::default(),
             sharing: SharingReader::default(),
             launched: None,
@@ -485,10 +478,7 @@ impl Session {
 
     /// Forgets the per-process caches of `tgid` (exit or exec).
     pub(super) fn forget_tgid(&mut self, tgid: u32) {
-        self.resolver.forget(tgid);
-        self.symbolizer.forget(tgid);
-        self.unwinder.forget(tgid);
-        self.native_stacks.retain(|_, s| s.header.tgid != tgid);
+        self.stacks.forget(tgid);
         self.mappings.forget(tgid);
         self.sharing.forget(tgid);
         self.census.end(tgid);
