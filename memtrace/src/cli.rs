@@ -37,6 +37,17 @@ pub enum Command {
     /// for days, closing a window every --interval for the fleet's
     /// backends (--metrics: Prometheus).
     Agent(AgentArgs),
+    /// Print the shell completion script for SHELL (e.g. `source <(memtrace
+    /// completions bash)`).
+    Completions(CompletionsArgs),
+}
+
+/// Arguments of `memtrace completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete memtrace's subcommands and options in.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 /// The fleet's backends a session's windows go to (`memtrace agent`, and
@@ -292,6 +303,17 @@ pub enum WeightArg {
     Grown,
 }
 
+/// `memtrace diff --format` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormatArg {
+    /// The terminal table: a summary line, the processes, the paths.
+    Table,
+    /// A differential flame graph (SVG) of memory held at the end.
+    Flamegraph,
+    /// The comparison as JSON.
+    Json,
+}
+
 /// Arguments of `memtrace diff`.
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -310,10 +332,13 @@ pub struct DiffArgs {
     /// capture's length.
     #[arg(long, value_parser = humantime::parse_duration, requires = "from")]
     pub to: Option<Duration>,
-    /// `table` or `flamegraph` (a differential flame graph); without it,
-    /// the extension of -o decides (`.svg`), else the table.
+    /// Without it, the name of -o decides (`.svg`, `.json`, `.txt`), else
+    /// the table.
     #[arg(long, value_enum)]
-    pub format: Option<FormatArg>,
+    pub format: Option<DiffFormatArg>,
+    /// Growth paths the table lists.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
     /// The report file instead of standard output; its format from
     /// --format or its extension.
     #[arg(short, long, value_name = "FILE")]
