@@ -15,6 +15,9 @@ use anyhow::{Context as _, Result};
 use memtrace_common::ProcessCounters;
 use tokio::signal::unix::{signal, SignalKind};
 
+/// The session's clock, for the steps that extend it.
+pub(super) use super::clock::monotonic_ns;
+
 use crate::{
     aggregate::{Aggregator, ExitStatus, ProcessId, ProcessStart, Role},
     allocations::{AllocationTracker, AllocationsReport},
@@ -128,13 +131,6 @@ pub(super) struct Session {
     pub(super) census: super::census::CensusWorker,
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
-pub(super) fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|ts| ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
-        .unwrap_or(0)
-}
-
 impl Session {
     /// Loads and attaches the kernel side and creates the capture file;
     /// returns the session and the reader of its ring buffer.
@@ -145,10 +141,7 @@ impl Session {
         command: &str,
         sampler: Option<super::sampler::SamplerFiles>,
     ) -> Result<(Self, RecordReader)> {
-        let load_started = Instant::now();
-        super::output::check_output_dir(&common.output_dir)?;
-        super::output::check_per_process(common);
-        Self::load(common, command, sampler, None, load_started)
+        Self::load(common, command, sampler, None, Instant::now())
     }
 
     /// [`Session::start`] for a session that writes no report files
@@ -412,11 +405,7 @@ impl Session {
             }
         }
         self.sweep_lost_exits(&present, now_ns);
-        for (tgid, pending_for) in self.tree.pending_python() {
-            if pending_for >= super::probing::EAGER_PROBE_WINDOW {
-                self.probe_python(tgid);
-            }
-        }
+        self.probe_pending_processes();
     }
 
     /// A traced process missing from the kernel's map on two ticks in a
