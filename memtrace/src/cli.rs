@@ -81,6 +81,27 @@ pub struct AgentArgs {
     /// No line per window on standard error (errors and warnings still are).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Where each window's profiles go.
+    #[command(flatten)]
+    pub profile_sinks: ProfileSinkArgs,
+}
+
+/// The profile backends a window (the agent's every `--interval`, or
+/// `record`/`run`'s one at the end) is sent to.
+#[derive(Debug, Default, Clone, Args)]
+pub struct ProfileSinkArgs {
+    /// Send profiles as OTLP over HTTP (`POST URL/v1development/profiles`,
+    /// protobuf, proto v1.10.0) to an OpenTelemetry Collector, e.g.
+    /// `http://127.0.0.1:4318`.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// Send pprof profiles to Grafana Pyroscope (`POST URL/ingest`, one per
+    /// service and role), e.g. `http://127.0.0.1:4040`.
+    #[arg(long, value_name = "URL")]
+    pub pyroscope: Option<String>,
+    /// With --pyroscope: the tenant (`X-Scope-OrgID` header).
+    #[arg(long, value_name = "ID", requires = "pyroscope")]
+    pub pyroscope_tenant: Option<String>,
 }
 
 /// `--format` values: the formats of `crate::report::Format`.
@@ -401,6 +422,9 @@ pub struct CommonArgs {
     /// written beside the report (`<stem>.allocations.folded`).
     #[arg(long, value_enum, default_value_t = AllocWeightArg::Leaked)]
     pub alloc_weight: AllocWeightArg,
+    /// Where the run's profile (one window, the whole run) also goes.
+    #[command(flatten)]
+    pub profile_sinks: ProfileSinkArgs,
 }
 
 /// `--alloc-hooks` values.

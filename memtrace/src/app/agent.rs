@@ -15,7 +15,7 @@ use super::session::{self, monotonic_ns, Session, DRAIN_INTERVAL, FLUSH_INTERVAL
 use crate::agent::discovery::{cgroup_exists, Discovery, Selector};
 use crate::agent::windows::{host_name, own_resident_bytes, WindowBuilder};
 use crate::aggregate::{Role, RunMeta};
-use crate::cli::{AgentArgs, CommonArgs, GateArgs, RenderArgs, WeightArg};
+use crate::cli::{AgentArgs, CommonArgs, GateArgs, ProfileSinkArgs, RenderArgs, WeightArg};
 use crate::events::RecordReader;
 use crate::process::proc;
 use crate::sinks::{prometheus::PrometheusSink, Health, Sink};
@@ -139,6 +139,7 @@ fn open_sinks(args: &AgentArgs) -> Result<Vec<Box<dyn Sink>>> {
     if let Some(addr) = &args.metrics {
         sinks.push(Box::new(PrometheusSink::bind(addr, args.top)?));
     }
+    sinks.extend(crate::sinks::open_profile_sinks(&args.profile_sinks)?);
     Ok(sinks)
 }
 
@@ -170,6 +171,7 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
             fail_above: None,
             fail_on_cause: Vec::new(),
         },
+        profile_sinks: ProfileSinkArgs::default(),
     }
 }
 
@@ -220,7 +222,7 @@ fn emit(
         records_read: report.meta.records,
         records_dropped: report.meta.dropped_records,
         windows_emitted: 0,
-        sink_errors: counts.errors,
+        sink_errors: counts.errors + sinks.iter().map(|s| s.send_errors()).sum::<u64>(),
         windows_dropped: sinks.iter().map(|s| s.windows_dropped()).sum(),
         own_resident_bytes: own_resident_bytes(),
     };
@@ -267,7 +269,7 @@ impl std::fmt::Display for WindowLine {
 }
 
 /// Unix time now, in ns.
-fn unix_ns() -> u64 {
+pub(super) fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
