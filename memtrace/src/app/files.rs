@@ -354,7 +354,7 @@ fn prune(dir: &Path, keep: usize) {
         run.1.push(entry.path());
     }
     let mut runs: Vec<(SystemTime, Vec<PathBuf>)> = runs.into_values().collect();
-    runs.sort_by(|a, b| b.0.cmp(&a.0));
+    runs.sort_by_key(|run| std::cmp::Reverse(run.0));
     for (_, paths) in runs.into_iter().skip(keep) {
         for path in paths {
             let _ = std::fs::remove_file(path);
