@@ -39,6 +39,16 @@ pub enum Command {
     Agent(AgentArgs),
 }
 
+/// The fleet's backends a session's windows go to (`memtrace agent`, and
+/// `record`/`run` for a window every 15 s and one at the end).
+#[derive(Debug, Default, Args)]
+pub struct SinkArgs {
+    /// Serve Prometheus metrics at `http://ADDR/metrics`: `PORT` (bound to
+    /// 127.0.0.1) or `HOST:PORT` (e.g. `0.0.0.0:9464` for every interface).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+}
+
 /// Arguments of `memtrace agent`.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("targets").args(["pids", "matching", "cgroup"])))]
@@ -62,10 +72,9 @@ pub struct AgentArgs {
     /// Ctrl-C (after a last window too).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Serve Prometheus metrics at `http://ADDR/metrics`: `PORT` (bound to
-    /// 127.0.0.1) or `HOST:PORT` (e.g. `0.0.0.0:9464` for every interface).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<String>,
+    /// Where the windows go.
+    #[command(flatten)]
+    pub sinks: SinkArgs,
     /// The node's name in the windows (`host.name`); by default the
     /// kernel's host name, which in a Kubernetes pod is the pod's: pass the
     /// node's there (`spec.nodeName` through the downward API).
@@ -400,6 +409,10 @@ pub struct CommonArgs {
     /// The CI gate.
     #[command(flatten)]
     pub gate: GateArgs,
+    /// The fleet's backends: a window every 15 s and one at the end, the
+    /// paths cut to --top per service.
+    #[command(flatten)]
+    pub sinks: SinkArgs,
     /// No live view while recording.
     #[arg(long, short)]
     pub quiet: bool,

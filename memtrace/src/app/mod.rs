@@ -13,6 +13,7 @@ mod allocations;
 mod census;
 mod clock;
 mod files;
+mod fleet;
 mod output;
 mod probing;
 mod records;

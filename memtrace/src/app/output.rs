@@ -107,7 +107,7 @@ fn send_run_profile(mut sinks: Vec<Box<dyn Sink>>, report: &Report, start_unix_n
         ..Health::default()
     };
     let mut windows = WindowBuilder::new(host_name(), start_unix_ns);
-    let window = windows.close_run(report, super::agent::unix_ns(), health);
+    let window = windows.close_run(report, super::fleet::unix_ns(), health);
     for sink in &mut sinks {
         if let Err(err) = sink.send(&window) {
             eprintln!("memtrace: warning: {}: {err:#}", sink.name());

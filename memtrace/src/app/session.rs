@@ -129,6 +129,9 @@ pub(super) struct Session {
     /// The allocators' census of each CPython process, taken on its own
     /// thread.
     pub(super) census: super::census::CensusWorker,
+    /// `record`/`run` with the fleet's sinks (`--metrics`): a window every
+    /// 15 s and one at the end.
+    fleet: Option<super::fleet::Fleet>,
 }
 
 impl Session {
@@ -141,18 +144,25 @@ impl Session {
         command: &str,
         sampler: Option<super::sampler::SamplerFiles>,
     ) -> Result<(Self, RecordReader)> {
-        Self::load(common, command, sampler, None, Instant::now())
+        let load_started = Instant::now();
+        let fleet = super::fleet::Fleet::open_for_record(&common.sinks, common.render.top)?;
+        let (mut session, reader) = Self::load(common, command, sampler, None, load_started)?;
+        session.fleet = fleet;
+        Ok((session, reader))
     }
 
-    /// [`Session::start`] for a session that writes no report files
-    /// (`memtrace agent`), with a records ring buffer of `ring_bytes`
-    /// (`None`: the object's 32 MiB).
+    /// [`Session::start`] for a session that writes no report files and
+    /// takes no allocator census (`memtrace agent`), with a records ring
+    /// buffer of `ring_bytes` (`None`: the object's 32 MiB).
     pub(super) fn start_without_files(
         common: &CommonArgs,
         command: &str,
         ring_bytes: Option<u32>,
     ) -> Result<(Self, RecordReader)> {
-        Self::load(common, command, None, ring_bytes, Instant::now())
+        let (mut session, reader) = Self::load(common, command, None, ring_bytes, Instant::now())?;
+        session.census.finish();
+        session.census = super::census::CensusWorker::off();
+        Ok((session, reader))
     }
 
     /// Loads and attaches the kernel side (begun at `load_started`).
@@ -205,6 +215,7 @@ impl Session {
             alloc_sampler: sampler,
             alloc_captured: None,
             census: super::census::CensusWorker::start(),
+            fleet: None,
         };
         if common.allocations {
             let cost = if session.alloc_sampler.is_some() {
@@ -339,6 +350,9 @@ impl Session {
                 last_flush = Instant::now();
                 self.flush();
             }
+            if self.fleet.as_ref().is_some_and(super::fleet::Fleet::due) {
+                self.send_window(reader);
+            }
             reap(&mut child);
             if self.tree.all_exited() && self.launched.is_none() {
                 self.stop_reason = Some(StopReason::AllExited);
@@ -347,7 +361,17 @@ impl Session {
         reader.drain(|record| self.handle(record));
         live.finish();
         self.final_counters();
+        self.send_window(reader);
         Ok(())
+    }
+
+    /// With the fleet's sinks, closes a window now and sends it (the
+    /// session keeps every image: nothing is compacted).
+    fn send_window(&mut self, reader: &RecordReader) {
+        if let Some(mut fleet) = self.fleet.take() {
+            fleet.emit(self, reader, false);
+            self.fleet = Some(fleet);
+        }
     }
 
     /// Turns the live view into plain lines once a traced process (or
