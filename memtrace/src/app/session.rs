@@ -19,7 +19,7 @@ use tokio::signal::unix::{signal, SignalKind};
 pub(super) use super::clock::monotonic_ns;
 
 use crate::{
-    aggregate::{Aggregator, ExitStatus, ProcessId, ProcessStart, Role},
+    aggregate::{Aggregator, ExitStatus, ProcessId, ProcessStart, Role, RunMeta},
     allocations::{AllocationTracker, AllocationsReport},
     bpf::{Tracer, TracerOptions},
     capture::{CaptureWriter, Header, Recorder, CAPTURE_VERSION, HELD_MAP_MAX_ENTRIES},
@@ -369,9 +369,42 @@ impl Session {
     /// session keeps every image: nothing is compacted).
     fn send_window(&mut self, reader: &RecordReader) {
         if let Some(mut fleet) = self.fleet.take() {
-            fleet.emit(self, reader, false);
+            self.close_window(&mut fleet, reader, false);
             self.fleet = Some(fleet);
         }
+    }
+
+    /// Closes a window of `fleet` now: fresh counters of every open image,
+    /// the report so far to its sinks. With `compact` (`memtrace agent`),
+    /// the images that ended are forgotten afterwards.
+    pub(super) fn close_window(
+        &mut self,
+        fleet: &mut super::fleet::Fleet,
+        reader: &RecordReader,
+        compact: bool,
+    ) -> super::fleet::WindowLine {
+        let started = Instant::now();
+        self.final_counters();
+        self.flush();
+        let now_ns = monotonic_ns();
+        let meta = RunMeta {
+            command: self.command.clone(),
+            duration_ns: now_ns.saturating_sub(self.start_ns),
+            records: reader.records(),
+            dropped_records: self.tracer.dropped_records().unwrap_or(0),
+            decode_errors: reader.decode_errors(),
+            sample_interval_bytes: self.sample_interval_bytes,
+            attach_ns: self.attach_ns,
+            attached_unix_ns: self.attached_unix_ns,
+            ..RunMeta::default()
+        };
+        let report = self.recorder.report_now(now_ns, meta);
+        let recorder = &mut self.recorder;
+        fleet.emit(
+            started,
+            report,
+            compact.then_some(|| recorder.compact_ended()),
+        )
     }
 
     /// Turns the live view into plain lines once a traced process (or
