@@ -11,6 +11,7 @@
 mod agent;
 mod allocations;
 mod census;
+mod clock;
 mod files;
 mod fleet;
 mod output;

@@ -19,13 +19,22 @@ use crate::{
 /// milliseconds and a short script may be done growing soon after. A process
 /// with no CPython runtime by then counts as not Python (the dynamic loader
 /// may not have mapped libpython at the first probes).
-pub(super) const EAGER_PROBE_WINDOW: Duration = Duration::from_secs(1);
+const EAGER_PROBE_WINDOW: Duration = Duration::from_secs(1);
 
 impl Session {
     /// Probes processes that appeared or exec'd within the eager window.
     pub(super) fn probe_new_processes(&mut self) {
         for (tgid, pending_for) in self.tree.pending_python() {
             if pending_for < EAGER_PROBE_WINDOW {
+                self.probe_python(tgid);
+            }
+        }
+    }
+
+    /// Probes, once a tick, processes still pending after the eager window.
+    pub(super) fn probe_pending_processes(&mut self) {
+        for (tgid, pending_for) in self.tree.pending_python() {
+            if pending_for >= EAGER_PROBE_WINDOW {
                 self.probe_python(tgid);
             }
         }
