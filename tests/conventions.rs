@@ -22,6 +22,10 @@ use std::{
 
 use common::{memtrace, python_3_11, require_ebpf, script, stderr_of, stdout_of};
 
+/// Most lines of the terminal report above the verdict for the demo
+/// service (a master, 4 workers, the load generator): about one screen.
+const LINE_BUDGET: usize = 70;
+
 /// memtrace's exit status when the gate trips (README, "A gate for CI").
 const GATE_EXIT_STATUS: i32 = 86;
 
@@ -404,7 +408,7 @@ fn kind_of(report: &serde_json::Value, tgid: u32) -> String {
 #[test]
 fn roles_come_from_what_a_process_is() {
     let python = require_ebpf!(python_3_11());
-    let demo = Demo::start(&python, 4, 40);
+    let demo = Demo::start(&python, 4, 120);
     let dir = tempfile::tempdir().unwrap();
     let (stdout, report) = record(&[demo.master], "8s", dir.path());
     assert_eq!(kind_of(&report, demo.master), "master");
@@ -422,6 +426,21 @@ fn roles_come_from_what_a_process_is() {
     assert!(
         stdout.contains("(examples/prefork_service/app.py:"),
         "{stdout}"
+    );
+    // About one screen above the verdict, the files written last before it.
+    let verdict_at = stdout.rfind("\nVerdict: ").expect("a verdict");
+    let above = stdout[..verdict_at].lines().count();
+    assert!(
+        above <= LINE_BUDGET,
+        "{above} lines above the verdict:\n{stdout}"
+    );
+    let files_at = stdout.rfind("\nFiles written\n").expect("files written");
+    let between = &stdout[files_at..verdict_at];
+    assert!(
+        between
+            .lines()
+            .all(|l| l.is_empty() || l.starts_with("  ") || l == "Files written"),
+        "something between the files and the verdict:\n{between}"
     );
 
     // Workers attached by pid, without their master: still workers.
@@ -441,7 +460,7 @@ fn verdict_of(stdout: &str) -> &str {
 #[test]
 fn the_same_load_gives_the_same_strength_in_3_attaches() {
     let python = require_ebpf!(python_3_11());
-    let demo = Demo::start(&python, 4, 60);
+    let demo = Demo::start(&python, 4, 120);
     let mut headings = Vec::new();
     for _ in 0..3 {
         let dir = tempfile::tempdir().unwrap();

@@ -516,3 +516,37 @@ fn a_process_that_starts_after_the_agent_is_picked_up() {
     assert_eq!(label(&metric, "role"), "main");
     assert!(value > 64.0 * 1_048_576.0, "{value}");
 }
+
+#[test]
+fn run_with_metrics_lands_its_windows_in_prometheus() {
+    let python = require_ebpf!(common::python_3_11());
+    let Some(binary) = prometheus_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut run = common::memtrace()
+        .args(["run", "-q", "--duration", "40s", "--metrics"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--output-dir")
+        .arg(dir.path())
+        .arg("--")
+        .arg(&python)
+        .arg(common::script("grow_cache.py"))
+        .args(["--mib", "64", "--hold", "25"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start memtrace run");
+    let prometheus = Prometheus::start(&binary, port);
+    let held = wait_for(Duration::from_secs(40), || {
+        let found = prometheus.query("memtrace_path_held_bytes{function=\"fill_cache\"}");
+        found.into_iter().next()
+    });
+    let status = run.wait().expect("wait for memtrace run");
+    let (metric, bytes) = held.expect("fill_cache never reached Prometheus");
+    println!("{metric} {bytes}");
+    assert_eq!(label(&metric, "service_name"), "grow_cache");
+    assert!(bytes > 32.0 * 1_048_576.0, "{bytes}");
+    assert!(status.success(), "{status}");
+}

@@ -21,6 +21,7 @@ mod native_stack;
 mod probes;
 mod pystack;
 mod record;
+mod ring;
 mod sample;
 mod sharers;
 

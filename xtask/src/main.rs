@@ -8,6 +8,7 @@ mod bench;
 mod bench_env;
 mod dist;
 mod interpreters;
+mod otelcol;
 mod prometheus;
 mod setup;
 mod test_tools;
@@ -224,6 +225,9 @@ fn test(args: &[String]) -> Result<()> {
     test_tools::ensure()?;
     // The real Prometheus the fleet tests scrape the agent with.
     prometheus::ensure()?;
+    // The OpenTelemetry Collector of tests/fleet_profiles.rs, built from
+    // Debian's Go sources.
+    otelcol::ensure()?;
     // The tarball tests/fleet_dist.rs unpacks and traces with.
     dist::run(&build()?)?;
     // Build first so the test run itself is not timed against compilation.

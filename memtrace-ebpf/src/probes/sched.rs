@@ -27,7 +27,7 @@ use crate::{
         TASK_EXIT_CODE_OFFSET, TASK_PID_OFFSET, TASK_SIGNAL_OFFSET, TASK_START_BOOTTIME_OFFSET,
         TASK_TGID_OFFSET,
     },
-    sample::{emit, header},
+    ring::{emit, header},
     sharers,
 };
 

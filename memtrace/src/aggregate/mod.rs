@@ -41,8 +41,9 @@ pub use model::{
 };
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{
-    short_command, ExactCounters, PathReport, ProcessKind, ProcessReport, PythonPath, Report,
-    RssSummary, RunMeta, SampledBytes, SharingSummary, StackGrowthReport, Totals, Warning, Weight,
+    short_command, ExactCounters, Origin, PathReport, ProcessKind, ProcessReport, PythonPath,
+    Report, RssSummary, RunMeta, SampledBytes, SharingSummary, StackGrowthReport, Totals, Warning,
+    Weight,
 };
 pub use stacks::StackId;
 pub use timeline::{RssPoint, MAX_TIMELINE_POINTS};

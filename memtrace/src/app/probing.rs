@@ -47,7 +47,7 @@ impl Session {
                 }
                 self.watch_finalization(tgid, &process.binary, process.version);
                 self.hook_allocator(tgid, Some(process.binary.clone()));
-                self.resolver.register(tgid, &process);
+                self.stacks.resolver.register(tgid, &process);
                 if let Some(id) = self.tree.id_of(tgid) {
                     self.census.python(tgid, id, &process);
                 }

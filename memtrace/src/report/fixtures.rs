@@ -190,6 +190,11 @@ pub(crate) fn lifecycle_report() -> Report {
             command_held: false,
             command_status: None,
             exit_point_caveats: Vec::new(),
+            origin: crate::aggregate::Origin {
+                host: "build-7".to_owned(),
+                date_utc: "2026-01-02T03:04:05Z".to_owned(),
+                memtrace_version: "0.1.0".to_owned(),
+            },
         },
     )
 }

@@ -209,7 +209,7 @@ fn empty(title: &str, weight_described: &str, out: &mut dyn Write) -> io::Result
     writeln!(
         out,
         "<text x=\"{middle}\" y=\"24\" text-anchor=\"middle\" font-size=\"17\">{}</text>",
-        super::html::escape(title)
+        super::markup::escape(title)
     )?;
     writeln!(
         out,
@@ -263,7 +263,7 @@ mod tests {
 
     /// `text` as inferno escapes it in the SVG.
     fn html_escaped(text: &str) -> String {
-        super::super::html::escape(text).replace("&#39;", "'")
+        crate::report::markup::escape(text).replace("&#39;", "'")
     }
 
     #[test]

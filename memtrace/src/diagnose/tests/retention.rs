@@ -121,3 +121,73 @@ fn growth_without_an_idle_period_is_strong_only_with_a_steady_held_rise() {
     let last = retention[0].evidence.last().unwrap();
     assert!(last.contains("activity never dropped"), "{last}");
 }
+
+/// Process 470 piles up 10 MiB of pending work every half second for 6 s
+/// (RSS 12 -> 132 MiB, busy all along), clears it in its own shutdown path
+/// (RSS 14 MiB at 6.5 s) and begins to finalize `exit_after_ns` after its
+/// last busy reading.
+fn piled_then_cleared(exit_after_ns: u64) -> Report {
+    let mut run = Run::new();
+    let id = run.root(470, 0, 12);
+    let rising: Vec<(u64, u64)> = (0..=12).map(|i| (12 + 10 * i, 20_000 * i)).collect();
+    run.readings(id, 0, &rising);
+    for half in 0..12 {
+        run.grow(id, "submit", half * S / 2 + S / 4, 10);
+    }
+    let cleared_ns = 6 * S + S / 4;
+    run.free(id, "submit", cleared_ns, 120);
+    run.read(id, 6 * S + S / 2, at(14, 240_500));
+    let exit_ns = 6 * S + S / 2 + exit_after_ns;
+    if exit_after_ns > S / 2 {
+        run.flat(id, 7 * S, exit_ns - S / 2, at(14, 240_600));
+    }
+    run.exit_begins(id, exit_ns, at(14, 240_700));
+    run.exited(id, exit_ns + S / 10, at(14, 240_700));
+    run.finish(exit_ns + S / 5)
+}
+
+#[test]
+fn a_release_right_before_the_exit_is_teardown_not_a_pattern() {
+    let report = piled_then_cleared(S / 10);
+    let findings = findings(&report);
+    assert!(
+        findings
+            .iter()
+            .all(|f| f.pattern != Pattern::Spike && f.pattern != Pattern::UnmatchedGrowth),
+        "{findings:#?}"
+    );
+    let retention = of(&findings, Pattern::Retention)[0];
+    assert!(
+        retention.summary.contains(
+            "kept it until it shut down, held by submit; it released 118.0 MiB while shutting down"
+        ),
+        "{}",
+        retention.summary
+    );
+    assert!(
+        retention
+            .evidence
+            .iter()
+            .any(|e| e.starts_with("teardown, not a pattern: RSS fell by 118.0 MiB")),
+        "{:#?}",
+        retention.evidence
+    );
+    // One amount: the headline's growth, and what the shutdown released.
+    let diagnosed = diagnose(report);
+    let amount = &diagnosed.causes[0].amount.each[0];
+    assert_eq!(amount.bytes, 120 * MIB, "{amount:?}");
+    assert_eq!(amount.released_at_shutdown_bytes, 118 * MIB, "{amount:?}");
+    assert_eq!(diagnosed.causes[0].places[0].bytes, 120 * MIB);
+}
+
+#[test]
+fn a_release_long_before_the_exit_is_not_teardown() {
+    let report = piled_then_cleared(3 * S);
+    let findings = findings(&report);
+    assert!(
+        findings
+            .iter()
+            .all(|f| !f.summary.contains("shutting down")),
+        "{findings:#?}"
+    );
+}

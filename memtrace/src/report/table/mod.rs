@@ -111,6 +111,11 @@ fn details(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) -> 
     for warning in &report.warnings {
         writeln!(out, "warning: {warning}")?;
     }
+    // Allocator mode's section comes before the files and the verdict, so
+    // the verdict stays last on the screen.
+    if let Some(allocations) = &report.allocations {
+        super::allocations::render_text(allocations, &report.report.processes, top, out)?;
+    }
     Ok(())
 }
 
