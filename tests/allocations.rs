@@ -40,6 +40,9 @@ const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
 fn trace_allocations(python: &Path, extra: &[&str], script_name: &str, args: &[&str]) -> Trace {
     let script = script(script_name);
     let mut command = vec!["run", "--allocations", "--sample-bytes", SAMPLE_BYTES];
+    if !extra.contains(&"--alloc-hooks") {
+        command.extend(common::alloc_hooks_args());
+    }
     command.extend_from_slice(extra);
     command.extend(["--", python.to_str().unwrap(), script.to_str().unwrap()]);
     command.extend_from_slice(args);
@@ -287,7 +290,8 @@ fn a_forked_child_owns_its_allocations() {
 fn debian_static_python_gets_the_inlined_allocator_message_and_its_remedy_works() {
     let python: PathBuf = require_ebpf!(interpreter(&[PathBuf::from(DEBIAN_PYTHON)]));
     let args = ["--tuples-mib", "48"];
-    let inlined = trace_allocations(&python, &[], "alloc_leak_churn.py", &args);
+    let uprobes = ["--alloc-hooks", "uprobes"];
+    let inlined = trace_allocations(&python, &uprobes, "alloc_leak_churn.py", &args);
     let tgid = inlined.workload_event("tuples")["pid"].as_u64().unwrap();
     assert_eq!(
         inlined.alloc_process(tgid)["inlined_allocator_suspected"],
@@ -299,7 +303,8 @@ fn debian_static_python_gets_the_inlined_allocator_message_and_its_remedy_works(
         inlined.stdout()
     );
 
-    let remedied = trace_allocations(&python, &["--python-malloc"], "alloc_leak_churn.py", &args);
+    let remedy = ["--alloc-hooks", "uprobes", "--python-malloc"];
+    let remedied = trace_allocations(&python, &remedy, "alloc_leak_churn.py", &args);
     let kept = remedied.workload_event("tuples");
     let tgid = kept["pid"].as_u64().unwrap();
     let leaked = remedied.function_bytes(tgid, "keep_tuples", "leaked_bytes");
@@ -311,6 +316,59 @@ fn debian_static_python_gets_the_inlined_allocator_message_and_its_remedy_works(
     assert_eq!(
         remedied.alloc_process(tgid)["inlined_allocator_suspected"],
         false
+    );
+}
+
+#[test]
+fn the_sampler_sees_debian_static_pythons_inlined_allocator_whole() {
+    // The sampler wraps the allocator domains themselves, which the
+    // inlined PyObject_Malloc still calls through: no remedy needed.
+    let python: PathBuf = require_ebpf!(interpreter(&[PathBuf::from(DEBIAN_PYTHON)]));
+    let args = ["--tuples-mib", "48"];
+    let sampler = ["--alloc-hooks", "sampler"];
+    let trace = trace_allocations(&python, &sampler, "alloc_leak_churn.py", &args);
+    let kept = trace.workload_event("tuples");
+    let tgid = kept["pid"].as_u64().unwrap();
+    assert_within(
+        trace.function_bytes(tgid, "keep_tuples", "leaked_bytes"),
+        kept["getsizeof_bytes"].as_f64().unwrap(),
+        "leaked by keep_tuples, pymalloc inlined",
+    );
+    assert_eq!(
+        trace.alloc_process(tgid)["inlined_allocator_suspected"],
+        false
+    );
+}
+
+#[test]
+fn the_programs_own_sitecustomize_runs_and_the_debug_allocator_is_sampled() {
+    // The program puts its own sitecustomize on PYTHONPATH (after
+    // memtrace's) and runs under CPython's debug hooks.
+    let python = require_ebpf!(python_3_11());
+    let own = script("own_sitecustomize");
+    let workload = script("alloc_leak_churn.py");
+    let line = format!(
+        "PYTHONPATH=\"$PYTHONPATH:{}\" PYTHONMALLOC=debug exec {} {} --keep-mib 24 --start-delay {}",
+        own.display(),
+        python.display(),
+        workload.display(),
+        START_DELAY_SECONDS
+    );
+    let mut args = vec!["run", "--allocations", "--sample-bytes", SAMPLE_BYTES];
+    args.extend(common::alloc_hooks_args());
+    args.extend(["--", "sh", "-c", &line]);
+    let trace = trace(&args);
+    let ran = trace.workload_event("own_sitecustomize");
+    assert_eq!(ran["pythonmalloc"], "debug", "{ran}");
+    let kept = trace.workload_event("kept");
+    let tgid = kept["pid"].as_u64().unwrap();
+    assert_eq!(ran["pid"].as_u64(), Some(tgid));
+    let images = images_of(&trace, tgid);
+    let python_image = images.last().expect("an entry per image");
+    assert_within(
+        entry_bytes(python_image, "keep_small_objects", "leaked_bytes"),
+        kept["getsizeof_bytes"].as_f64().unwrap(),
+        "leaked by keep_small_objects under PYTHONMALLOC=debug",
     );
 }
 
@@ -358,16 +416,10 @@ fn pythons_a_shell_forks_and_execs_are_hooked_as_their_new_images() {
         script.display()
     );
     let shell = format!("{one} & {one}; wait");
-    let trace = trace(&[
-        "run",
-        "--allocations",
-        "--sample-bytes",
-        SAMPLE_BYTES,
-        "--",
-        "sh",
-        "-c",
-        &shell,
-    ]);
+    let mut args = vec!["run", "--allocations", "--sample-bytes", SAMPLE_BYTES];
+    args.extend(common::alloc_hooks_args());
+    args.extend(["--", "sh", "-c", &shell]);
+    let trace = trace(&args);
     let kept = trace.workload_events("kept");
     assert_eq!(kept.len(), 2, "two workloads");
     for event in kept {

@@ -42,7 +42,9 @@ const HOST_TOLERANCE: f64 = 0.01;
 
 /// `memtrace run --allocations` of `command`.
 fn trace_allocations(command: &[&str]) -> Trace {
-    let mut args = vec!["run", "--allocations", "--sample-bytes", SAMPLE_BYTES, "--"];
+    let mut args = vec!["run", "--allocations", "--sample-bytes", SAMPLE_BYTES];
+    args.extend(common::alloc_hooks_args());
+    args.push("--");
     args.extend_from_slice(command);
     trace(&args)
 }

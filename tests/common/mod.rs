@@ -225,6 +225,26 @@ impl Trace {
     }
 }
 
+/// The environment variable that picks the allocator hooks of the
+/// allocator-mode tests: `sampler` or `uprobes` (unset: `run`'s default,
+/// the sampler). `cargo xtask test` runs them under both.
+pub const ALLOC_HOOKS_ENV: &str = "MEMTRACE_TEST_ALLOC_HOOKS";
+
+/// `--alloc-hooks` and [`ALLOC_HOOKS_ENV`]'s value, when it is set.
+pub fn alloc_hooks_args() -> Vec<&'static str> {
+    match std::env::var(ALLOC_HOOKS_ENV).as_deref() {
+        Ok("uprobes") => vec!["--alloc-hooks", "uprobes"],
+        Ok("sampler") => vec!["--alloc-hooks", "sampler"],
+        Ok(other) => panic!("{ALLOC_HOOKS_ENV}={other}: expected sampler or uprobes"),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Whether the allocator-mode tests run with the uprobe hooks.
+pub fn alloc_hooks_are_uprobes() -> bool {
+    alloc_hooks_args().contains(&"uprobes")
+}
+
 /// Runs memtrace with `args` (plus `--quiet --output-dir TMP` after the
 /// subcommand), expecting success, and reads the JSON report it wrote.
 pub fn trace(args: &[&str]) -> Trace {

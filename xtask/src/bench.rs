@@ -43,8 +43,12 @@ enum Config {
     Untraced,
     /// `memtrace run -- python script`, memtrace's default mode.
     Memtrace,
-    /// `memtrace run --allocations -- python script`: allocator uprobes too.
+    /// `memtrace run --allocations --alloc-hooks uprobes -- python script`:
+    /// allocator uprobes too.
     Allocations,
+    /// `memtrace run --allocations --alloc-hooks sampler -- python script`:
+    /// the in-process sampler, uprobes on its markers only.
+    Sampler,
     /// `python -X tracemalloc script`.
     Tracemalloc,
     /// `python -m memray run script`.
@@ -58,6 +62,7 @@ const DEFAULT_CONFIGS: &[Config] = &[Config::Untraced, Config::Memtrace];
 const PEER_CONFIGS: &[Config] = &[
     Config::Untraced,
     Config::Memtrace,
+    Config::Sampler,
     Config::Allocations,
     Config::Tracemalloc,
     Config::Memray,
@@ -69,7 +74,8 @@ impl Config {
         match self {
             Config::Untraced => "untraced",
             Config::Memtrace => "memtrace",
-            Config::Allocations => "allocations",
+            Config::Allocations => "uprobes",
+            Config::Sampler => "sampler",
             Config::Tracemalloc => "tracemalloc",
             Config::Memray => "memray",
         }
@@ -81,7 +87,12 @@ impl Config {
             Config::Untraced => "python SCRIPT",
             Config::Memtrace => "memtrace run --quiet -- python SCRIPT (default mode)",
             Config::Allocations => {
-                "memtrace run --quiet --allocations -- python SCRIPT (allocator uprobes, opt-in)"
+                "memtrace run --quiet --allocations --alloc-hooks uprobes -- python SCRIPT \
+                 (a uprobe on every allocator call)"
+            }
+            Config::Sampler => {
+                "memtrace run --quiet --allocations -- python SCRIPT (the in-process sampler, \
+                 run's default allocator hooks)"
             }
             Config::Tracemalloc => {
                 "python -X tracemalloc SCRIPT (started at startup, default frame depth 1)"
@@ -385,7 +396,16 @@ fn config_command(args: &BenchArgs, config: Config, scratch: &Path) -> Result<Co
     let mut cmd = match config {
         Config::Untraced => Command::new(&args.python),
         Config::Memtrace => memtrace_command(args, scratch, &[])?,
-        Config::Allocations => memtrace_command(args, scratch, &["--allocations"])?,
+        Config::Allocations => memtrace_command(
+            args,
+            scratch,
+            &["--allocations", "--alloc-hooks", "uprobes"],
+        )?,
+        Config::Sampler => memtrace_command(
+            args,
+            scratch,
+            &["--allocations", "--alloc-hooks", "sampler"],
+        )?,
         Config::Tracemalloc => {
             let mut cmd = Command::new(&args.python);
             cmd.args(["-X", "tracemalloc"]);

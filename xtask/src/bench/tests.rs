@@ -80,7 +80,8 @@ fn configurations_start_with_the_untraced_baseline() {
         [
             "untraced",
             "memtrace",
-            "allocations",
+            "sampler",
+            "uprobes",
             "tracemalloc",
             "memray"
         ]
