@@ -110,6 +110,15 @@ fn kept_objects_are_leaked_and_churn_is_temporary() {
     assert!(process["fragmentation"].is_null(), "{process}");
     assert!(trace.stdout().contains("allocations before +"));
     assert!(!trace.stdout().contains("the allocator holds freed memory"));
+    // The verdict stays last on the screen, after the allocations table.
+    let stdout = trace.stdout();
+    let (table_at, verdict_at) = (
+        stdout
+            .find("\nAllocations (")
+            .expect("an allocations section"),
+        stdout.rfind("\nVerdict: ").expect("a verdict"),
+    );
+    assert!(table_at < verdict_at, "{stdout}");
     assert!(trace
         .findings()
         .iter()

@@ -191,6 +191,43 @@ fn a_flat_master_attached_to_keeps_its_rss() {
 }
 
 #[test]
+fn a_deleted_and_replaced_interpreter_is_probed_as_the_file_it_mapped() {
+    let _python = require_ebpf!(common::interpreter(&["/usr/bin/python3.11".into()]));
+    let dir = tempfile::tempdir().unwrap();
+    // A copy of the static interpreter (its symbols are in the executable).
+    let copy = dir.path().join("python3.11");
+    std::fs::copy("/usr/bin/python3.11", &copy).unwrap();
+    let trigger = dir.path().join("go");
+    let mut target = Command::new(&copy)
+        .arg(script("wait_then_grow.py"))
+        .args(["--mib", "48", "--start-delay", "60", "--hold", "1"])
+        .arg("--trigger-file")
+        .arg(&trigger)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().contains("\"ready\""));
+    // Deleted, and another file (with no CPython in it) put at its path.
+    std::fs::remove_file(&copy).unwrap();
+    std::fs::copy("/bin/true", &copy).unwrap();
+    let pid = target.id();
+    let toucher = touch_later(trigger, Duration::from_secs(10));
+    let trace = trace(&["record", "--pid", &pid.to_string(), "--duration", "60s"]);
+    toucher.join().unwrap();
+    assert!(target.wait().unwrap().success());
+    let stderr = String::from_utf8_lossy(&trace.output.stderr);
+    assert!(
+        !stderr.contains("has no Py_FinalizeEx/Py_Exit symbol"),
+        "{stderr}"
+    );
+    let row = trace.row_of(u64::from(pid));
+    assert_eq!(row["python"]["version"], "3.11.2", "{row:#}");
+    // Its life ends where finalization began, before the objects are freed.
+    assert_eq!(row["exit_began_by"], "python_finalize", "{row:#}");
+}
+
+#[test]
 fn run_says_the_command_was_held_until_attached() {
     let python = require_ebpf!(python_3_11());
     let before = SystemTime::now();

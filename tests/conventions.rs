@@ -22,6 +22,10 @@ use std::{
 
 use common::{memtrace, python_3_11, require_ebpf, script, stderr_of, stdout_of};
 
+/// Most lines of the terminal report above the verdict for the demo
+/// service (a master, 4 workers, the load generator): about one screen.
+const LINE_BUDGET: usize = 70;
+
 /// memtrace's exit status when the gate trips (README, "A gate for CI").
 const GATE_EXIT_STATUS: i32 = 86;
 
@@ -318,7 +322,7 @@ impl Demo {
         let mut child = std::process::Command::new(python)
             .arg(root.join("examples/prefork_service/run_demo.py"))
             .args(["--workers", &workers.to_string()])
-            .args(["--seconds", &seconds.to_string(), "--rps", "40"])
+            .args(["--seconds", &seconds.to_string(), "--rps", "60"])
             .stdout(Stdio::piped())
             .stdin(Stdio::null())
             .spawn()
@@ -404,7 +408,7 @@ fn kind_of(report: &serde_json::Value, tgid: u32) -> String {
 #[test]
 fn roles_come_from_what_a_process_is() {
     let python = require_ebpf!(python_3_11());
-    let demo = Demo::start(&python, 4, 40);
+    let demo = Demo::start(&python, 4, 120);
     let dir = tempfile::tempdir().unwrap();
     let (stdout, report) = record(&[demo.master], "8s", dir.path());
     assert_eq!(kind_of(&report, demo.master), "master");
@@ -423,6 +427,21 @@ fn roles_come_from_what_a_process_is() {
         stdout.contains("(examples/prefork_service/app.py:"),
         "{stdout}"
     );
+    // About one screen above the verdict, the files written last before it.
+    let verdict_at = stdout.rfind("\nVerdict: ").expect("a verdict");
+    let above = stdout[..verdict_at].lines().count();
+    assert!(
+        above <= LINE_BUDGET,
+        "{above} lines above the verdict:\n{stdout}"
+    );
+    let files_at = stdout.rfind("\nFiles written\n").expect("files written");
+    let between = &stdout[files_at..verdict_at];
+    assert!(
+        between
+            .lines()
+            .all(|l| l.is_empty() || l.starts_with("  ") || l == "Files written"),
+        "something between the files and the verdict:\n{between}"
+    );
 
     // Workers attached by pid, without their master: still workers.
     let dir = tempfile::tempdir().unwrap();
@@ -431,4 +450,57 @@ fn roles_come_from_what_a_process_is() {
         assert_eq!(kind_of(&report, worker), "worker", "{stdout}");
     }
     assert!(!stdout.contains(" mains"), "{stdout}");
+}
+
+/// The verdict's lines of a terminal report (from `Verdict: ` on).
+fn verdict_of(stdout: &str) -> &str {
+    &stdout[stdout.rfind("\nVerdict: ").expect("a verdict") + 1..]
+}
+
+#[test]
+fn the_same_load_gives_the_same_strength_in_3_attaches() {
+    let python = require_ebpf!(python_3_11());
+    let demo = Demo::start(&python, 4, 120);
+    let mut headings = Vec::new();
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let (stdout, _) = record(&[demo.master], "10s", dir.path());
+        let verdict = verdict_of(&stdout);
+        // Retention first, or beside "every worker is large" once the
+        // workers' caches are large.
+        assert!(
+            verdict.contains("retention in 4 workers")
+                || verdict.contains("retention in the process tree (4 workers)"),
+            "{verdict}"
+        );
+        headings.push(verdict.lines().next().unwrap().to_owned());
+    }
+    // The demo's cache keeps rising under load (about +30 MiB per worker in
+    // 10 s at 60 requests/s): strong every time, idle period or not.
+    assert_eq!(headings, ["Verdict: 1 cause"; 3], "{headings:#?}");
+}
+
+#[test]
+fn a_weak_verdict_says_why_in_one_line() {
+    let python = require_ebpf!(python_3_11());
+    let dir = tempfile::tempdir().unwrap();
+    // 32 MiB allocated at once and held: a buffer, not a rising cache.
+    let output = run_grow_cache(&python, dir.path(), "32", &[]);
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let stdout = stdout_of(&output);
+    let verdict = verdict_of(&stdout);
+    assert!(
+        verdict.starts_with("Verdict: 1 cause, weak evidence"),
+        "{verdict}"
+    );
+    let weak: Vec<&str> = verdict
+        .lines()
+        .filter(|l| l.trim_start().starts_with("weak:"))
+        .collect();
+    assert_eq!(weak.len(), 1, "{verdict}");
+    assert!(
+        weak[0].contains(": record") || weak[0].contains("looks like"),
+        "{}",
+        weak[0]
+    );
 }

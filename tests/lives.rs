@@ -489,3 +489,39 @@ fn copy_on_write_unsharing_is_the_first_finding() {
         );
     }
 }
+
+#[test]
+fn a_master_writing_after_its_workers_exited_copies_nothing() {
+    let python = require_ebpf!(python_3_11());
+    let trace = trace_script(
+        &python,
+        "master_outlives_workers.py",
+        &["--workers", "2", "--table-mib", "120"],
+    );
+    // The workers' reads copy the master's pages (copy-on-write)...
+    let walked = trace.workload_events("worker_walked");
+    assert_eq!(walked.len(), 2);
+    for worker in &walked {
+        let row = trace.row_of(worker["pid"].as_u64().unwrap());
+        assert!(
+            num(&row["counters"]["cow_fault_bytes"]) > 60.0 * MIB,
+            "a worker copies the table it reads: {row:#}"
+        );
+    }
+    // ... but once they are gone, the master's own writes to the same
+    // write-protected pages reuse them: no one else maps them.
+    let master = trace.workload_event("master_walked");
+    let row = trace.row_of(master["pid"].as_u64().unwrap());
+    assert!(
+        num(&row["counters"]["cow_fault_bytes"]) < 4.0 * MIB,
+        "the master alone copies nothing: {row:#}"
+    );
+    assert!(
+        trace
+            .findings()
+            .iter()
+            .all(|f| f["pattern"] != "cow_unsharing" || f["scope"]["scope"] == "tree"),
+        "{:#}",
+        trace.report["diagnosis"]
+    );
+}

@@ -319,3 +319,29 @@ fn the_demo_ends_with_one_cause_naming_render_report_in_every_worker() {
         "{verdict}"
     );
 }
+
+#[test]
+fn a_parser_fed_four_payloads_gets_one_pattern_on_every_run() {
+    let python = require_ebpf!(python_3_11());
+    // Scheduling noise decides which payload peaks highest and how much the
+    // allocator keeps between them; the pattern must not follow it.
+    let patterns: Vec<String> = (0..5)
+        .map(|_| {
+            let trace = trace_script(
+                &python,
+                "parse_payloads.py",
+                &["--payloads", "4", "--mib", "20", "--gap", "0.8"],
+            );
+            let first = &trace.report["causes"][0];
+            assert!(
+                trace.names_function(trace.finding("spike"), "parse_payload"),
+                "{first:#}"
+            );
+            first["pattern"].as_str().unwrap_or("?").to_owned()
+        })
+        .collect();
+    assert!(
+        patterns.iter().all(|p| p == "spike"),
+        "one pattern over 5 runs: {patterns:?}"
+    );
+}

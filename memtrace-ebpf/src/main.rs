@@ -21,7 +21,9 @@ mod native_stack;
 mod probes;
 mod pystack;
 mod record;
+mod ring;
 mod sample;
+mod sharers;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

@@ -12,7 +12,7 @@ use memtrace_common::{
 
 use crate::{
     maps::RECORDS,
-    sample::{count_dropped, submit_flags},
+    ring::{count_dropped, submit_flags},
 };
 
 /// The user registers a stack is unwound from.

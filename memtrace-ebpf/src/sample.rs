@@ -1,23 +1,19 @@
-//! Sampling and emission of ring-buffer records: decides which memory events
-//! get a `MemoryRecord` (by bytes, like heap profilers), reserves it in
-//! `RECORDS` (after the thread's user stack, `native_stack`, for a fault in
-//! user mode), fills it (with the Python stack from `pystack`) and submits it
-//! with a wakeup only when enough bytes are pending. A record that cannot be
-//! reserved is counted in `DROPPED`, never lost silently.
+//! Sampling of memory events, kernel side: decides which memory events get a
+//! `MemoryRecord` (by bytes, like heap profilers), reserves it in `RECORDS`
+//! (after the thread's user stack, `native_stack`, for a fault in user
+//! mode), fills it (with the Python stack from `pystack`) and submits it
+//! through `ring`, which counts a record that cannot be reserved.
 
-use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns},
-    maps::ring_buf::RingBufEntry,
-};
+use aya_ebpf::{helpers::bpf_get_prandom_u32, maps::ring_buf::RingBufEntry};
 use memtrace_common::{MemoryEvent, MemoryRecord, RecordHeader, RecordKind};
 
 use crate::{
-    counters::{add, current_ids},
+    counters::add,
     kernel,
-    maps::{DROPPED, RECORDS, SAMPLE_INTERVAL_BYTES, WAKEUP_THRESHOLD_BYTES},
+    maps::{RECORDS, SAMPLE_INTERVAL_BYTES},
     native_stack::{self, UserRegs},
     pystack,
+    ring::{count_dropped, header, submit_flags},
 };
 
 /// One memory event before sampling.
@@ -57,51 +53,6 @@ fn sample_weight(len_bytes: u64) -> Option<u64> {
     // SAFETY: helper without arguments.
     let draw = (u64::from(unsafe { bpf_get_prandom_u32() }) * interval) >> 32;
     (draw < len_bytes).then_some(interval)
-}
-
-/// A header for a record of `kind` about `tgid`, made by the current thread.
-#[inline(always)]
-pub fn header(kind: RecordKind, tgid: u32) -> RecordHeader {
-    let (_, tid) = current_ids();
-    RecordHeader {
-        kind: kind as u32,
-        tgid,
-        tid,
-        _pad: 0,
-        // SAFETY: helper without arguments.
-        ts_ns: unsafe { bpf_ktime_get_ns() },
-    }
-}
-
-/// Submit flags: no wakeup until `WAKEUP_THRESHOLD_BYTES` are pending.
-#[inline(always)]
-pub fn submit_flags() -> u64 {
-    if RECORDS.query(BPF_RB_AVAIL_DATA.into()) >= WAKEUP_THRESHOLD_BYTES.load() {
-        BPF_RB_FORCE_WAKEUP.into()
-    } else {
-        BPF_RB_NO_WAKEUP.into()
-    }
-}
-
-/// Counts one record that did not fit in the ring buffer.
-#[inline(always)]
-pub fn count_dropped() {
-    if let Some(dropped) = DROPPED.get_ptr_mut(0) {
-        // SAFETY: per-CPU slot of this CPU; programs do not nest on one CPU.
-        unsafe { *dropped += 1 };
-    }
-}
-
-/// Sends a fixed-size record without a stack (fork, exec, exit, address).
-#[inline(always)]
-pub fn emit<T: 'static>(record: T) {
-    match RECORDS.reserve::<T>(0) {
-        Some(mut entry) => {
-            entry.write(record);
-            entry.submit(submit_flags());
-        }
-        None => count_dropped(),
-    }
 }
 
 /// Samples a memory event of process `tgid` and, if it is kept, sends a

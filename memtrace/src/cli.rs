@@ -39,6 +39,16 @@ pub enum Command {
     Agent(AgentArgs),
 }
 
+/// The fleet's backends a session's windows go to (`memtrace agent`, and
+/// `record`/`run` for a window every 15 s and one at the end).
+#[derive(Debug, Default, Args)]
+pub struct SinkArgs {
+    /// Serve Prometheus metrics at `http://ADDR/metrics`: `PORT` (bound to
+    /// 127.0.0.1) or `HOST:PORT` (e.g. `0.0.0.0:9464` for every interface).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+}
+
 /// Arguments of `memtrace agent`.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("targets").args(["pids", "matching", "cgroup"])))]
@@ -62,10 +72,14 @@ pub struct AgentArgs {
     /// Ctrl-C (after a last window too).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Serve Prometheus metrics at `http://ADDR/metrics`: `PORT` (bound to
-    /// 127.0.0.1) or `HOST:PORT` (e.g. `0.0.0.0:9464` for every interface).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<String>,
+    /// Where the windows go.
+    #[command(flatten)]
+    pub sinks: SinkArgs,
+    /// The node's name in the windows (`host.name`); by default the
+    /// kernel's host name, which in a Kubernetes pod is the pod's: pass the
+    /// node's there (`spec.nodeName` through the downward API).
+    #[arg(long, value_name = "NAME")]
+    pub host_name: Option<String>,
     /// Paths per service in memtrace_path_held_bytes (the largest held).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
@@ -76,6 +90,27 @@ pub struct AgentArgs {
     /// No line per window on standard error (errors and warnings still are).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Where each window's profiles go.
+    #[command(flatten)]
+    pub profile_sinks: ProfileSinkArgs,
+}
+
+/// The profile backends a window (the agent's every `--interval`, or
+/// `record`/`run`'s one at the end) is sent to.
+#[derive(Debug, Default, Clone, Args)]
+pub struct ProfileSinkArgs {
+    /// Send profiles as OTLP over HTTP (`POST URL/v1development/profiles`,
+    /// protobuf, proto v1.10.0) to an OpenTelemetry Collector, e.g.
+    /// `http://127.0.0.1:4318`.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// Send pprof profiles to Grafana Pyroscope (`POST URL/ingest`, one per
+    /// service and role), e.g. `http://127.0.0.1:4040`.
+    #[arg(long, value_name = "URL")]
+    pub pyroscope: Option<String>,
+    /// With --pyroscope: the tenant (`X-Scope-OrgID` header).
+    #[arg(long, value_name = "ID", requires = "pyroscope")]
+    pub pyroscope_tenant: Option<String>,
 }
 
 /// `--format` values: the formats of `crate::report::Format`.
@@ -374,6 +409,10 @@ pub struct CommonArgs {
     /// The CI gate.
     #[command(flatten)]
     pub gate: GateArgs,
+    /// The fleet's backends: a window every 15 s and one at the end, the
+    /// paths cut to --top per service.
+    #[command(flatten)]
+    pub sinks: SinkArgs,
     /// No live view while recording.
     #[arg(long, short)]
     pub quiet: bool,
@@ -396,6 +435,9 @@ pub struct CommonArgs {
     /// written beside the report (`<stem>.allocations.folded`).
     #[arg(long, value_enum, default_value_t = AllocWeightArg::Leaked)]
     pub alloc_weight: AllocWeightArg,
+    /// Where the run's profile (one window, the whole run) also goes.
+    #[command(flatten)]
+    pub profile_sinks: ProfileSinkArgs,
 }
 
 /// `--alloc-hooks` values.

@@ -6,6 +6,7 @@
 //! `process` (process tree: roles, forks, exits, /proc) →
 //! `python` / `symbolize` (CPython layout per process; code objects and
 //! native instructions to names, files and lines) →
+//! `stacks` (each sampled record's Python and native frames, one stack) →
 //! `held` (which sampled pages each path still holds, by address: held now
 //! and at the high-water mark) →
 //! `aggregate` (per process, per stack, over time; `allocations` is its
@@ -42,5 +43,6 @@ pub mod process;
 pub mod python;
 pub mod report;
 pub mod sinks;
+pub mod stacks;
 pub mod symbolize;
 pub mod units;

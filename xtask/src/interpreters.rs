@@ -1,10 +1,8 @@
 //! CPython 3.14 and 3.15 for the tests, installed by `cargo xtask test` when
 //! missing (shared/notes/interpreters.md): Debian sid's binary packages of
-//! each, with their `-dbg` symbols and sid's own glibc, downloaded with a
-//! throw-away apt configuration that reads the machine's own Debian mirror
-//! from `/etc/apt/sources.list.d/debian.sources` (no host is written here)
-//! and unpacked with `dpkg-deb -x` under `target/interpreters/pythonX.Y/`.
-//! `/etc/apt` and dpkg's database are not touched.
+//! each, with their `-dbg` symbols and sid's own glibc, downloaded with the
+//! throw-away apt configuration of [`crate::apt`] (in
+//! `target/interpreters/apt`) and unpacked under `target/interpreters/pythonX.Y/`.
 //!
 //! Each tree holds two ways of starting the interpreter:
 //! - `usr/bin/pythonX.Y`, patchelf'd (bookworm's patchelf, unpacked too) to
@@ -24,6 +22,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _, Result};
 
+use crate::apt::{unpack, Apt};
 use crate::check;
 
 /// Where the trees go, relative to the workspace root.
@@ -71,8 +70,8 @@ pub fn ensure() -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
-    let apt = Apt::new()?;
-    apt.update()?;
+    let apt = Apt::new(&Path::new(ROOT).join("apt"))?;
+    apt.update("interpreters")?;
     let patchelf = ensure_patchelf(&apt)?;
     for version in missing {
         install(&apt, &patchelf, version)?;
@@ -105,96 +104,6 @@ fn starts(tree: &Path, version: &str) -> bool {
         .is_ok_and(|out| {
             out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == version
         })
-}
-
-/// A throw-away apt configuration under `target/interpreters/apt`: sid and
-/// bookworm from the machine's mirror.
-struct Apt {
-    dir: PathBuf,
-}
-
-impl Apt {
-    fn new() -> Result<Self> {
-        let dir = std::env::current_dir()?.join(ROOT).join("apt");
-        for sub in ["parts", "lists/partial", "cache/archives/partial", "debs"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .with_context(|| format!("cannot create `{}`", dir.join(sub).display()))?;
-        }
-        let mirror = debian_mirror()?;
-        let keyring = "/usr/share/keyrings/debian-archive-keyring.gpg";
-        let sources = format!(
-            "deb [signed-by={keyring}] {mirror} sid main\n\
-             deb [signed-by={keyring}] {mirror} bookworm main\n"
-        );
-        std::fs::write(dir.join("sources.list"), sources)?;
-        Ok(Self { dir })
-    }
-
-    /// `apt-get` with this configuration.
-    fn apt_get(&self) -> Command {
-        let mut cmd = Command::new("apt-get");
-        let opt = |key: &str, value: &Path| format!("{key}={}", value.display());
-        cmd.args(["-qq", "-o", "APT::Architectures::=amd64"])
-            .args([
-                "-o",
-                &opt("Dir::Etc::sourcelist", &self.dir.join("sources.list")),
-            ])
-            .args(["-o", &opt("Dir::Etc::sourceparts", &self.dir.join("parts"))])
-            .args(["-o", &opt("Dir::State::Lists", &self.dir.join("lists"))])
-            .args(["-o", &opt("Dir::Cache", &self.dir.join("cache"))])
-            // Downloads land in a folder under target/, which apt's
-            // unprivileged `_apt` user may not reach.
-            .args(["-o", "APT::Sandbox::User=root"])
-            .stdout(Stdio::null());
-        cmd
-    }
-
-    fn update(&self) -> Result<()> {
-        println!("interpreters: reading Debian sid's package lists");
-        check(self.apt_get().arg("update"))
-    }
-
-    /// Downloads `packages` into a fresh folder and returns their files.
-    fn download(&self, name: &str, packages: &[String]) -> Result<Vec<PathBuf>> {
-        let into = self.dir.join("debs").join(name);
-        if into.exists() {
-            std::fs::remove_dir_all(&into)?;
-        }
-        std::fs::create_dir_all(&into)?;
-        check(
-            self.apt_get()
-                .arg("download")
-                .args(packages)
-                .current_dir(&into),
-        )?;
-        let mut debs: Vec<PathBuf> = std::fs::read_dir(&into)?
-            .map(|entry| entry.map(|e| e.path()))
-            .collect::<Result<_, _>>()?;
-        debs.sort();
-        Ok(debs)
-    }
-}
-
-impl Apt {
-    /// Removes the packages [`Apt::download`] put in `name`'s folder.
-    fn forget(&self, name: &str) -> Result<()> {
-        std::fs::remove_dir_all(self.dir.join("debs").join(name))
-            .with_context(|| format!("cannot remove the packages of {name}"))
-    }
-}
-
-/// The `URIs` of the first stanza of `/etc/apt/sources.list.d/debian.sources`
-/// that serves Debian itself (not `debian-security`).
-fn debian_mirror() -> Result<String> {
-    let path = "/etc/apt/sources.list.d/debian.sources";
-    let sources = std::fs::read_to_string(path).with_context(|| format!("cannot read `{path}`"))?;
-    sources
-        .lines()
-        .filter_map(|line| line.strip_prefix("URIs:"))
-        .flat_map(str::split_whitespace)
-        .find(|uri| !uri.contains("security"))
-        .map(str::to_owned)
-        .with_context(|| format!("`{path}` names no Debian mirror (a `URIs:` line)"))
 }
 
 /// Bookworm's patchelf, unpacked under `target/interpreters/patchelf`.
@@ -255,8 +164,4 @@ fn install(apt: &Apt, patchelf: &Path, version: &str) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-fn unpack(deb: &Path, dest: &Path) -> Result<()> {
-    check(Command::new("dpkg-deb").arg("-x").arg(deb).arg(dest))
 }

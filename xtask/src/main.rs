@@ -3,9 +3,13 @@
 //! Every subcommand runs `setup` first, which is idempotent and fast when
 //! nothing is missing.
 
+mod apt;
 mod bench;
 mod bench_env;
+mod dist;
 mod interpreters;
+mod otelcol;
+mod prometheus;
 mod setup;
 mod test_tools;
 
@@ -55,6 +59,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build `target/dist/memtrace-VERSION-x86_64-linux.tar.gz`: the release
+    /// binary, README, licences and examples/deploy, for a node without Rust.
+    Dist,
     /// Measure memtrace's overhead: traced vs untraced, side by side.
     Bench {
         /// Runs of each configuration (medians are reported).
@@ -83,6 +90,7 @@ fn main() -> Result<()> {
             output_dir,
         } => demo(seconds, &output_dir),
         Task::Test { args } => test(&args),
+        Task::Dist => dist::run(&build()?).map(|_| ()),
         Task::Bench { runs, peers } => bench(runs, peers),
     }
 }
@@ -189,6 +197,13 @@ fn test(args: &[String]) -> Result<()> {
     // The consumers the format tests read reports back with: go tool pprof,
     // headless chromium, the speedscope web app.
     test_tools::ensure()?;
+    // The real Prometheus the fleet tests scrape the agent with.
+    prometheus::ensure()?;
+    // The OpenTelemetry Collector of tests/fleet_profiles.rs, built from
+    // Debian's Go sources.
+    otelcol::ensure()?;
+    // The tarball tests/fleet_dist.rs unpacks and traces with.
+    dist::run(&build()?)?;
     // Build first so the test run itself is not timed against compilation.
     check(Command::new("cargo").args(["build", "--workspace", "--tests"]))?;
     let mut harness_args = vec!["--test-threads=1"];

@@ -36,7 +36,7 @@ use crate::{
     },
     native_stack::{self, UserRegs},
     pystack,
-    sample::{count_dropped, emit, header, submit_flags},
+    ring::{count_dropped, emit, header, submit_flags},
 };
 
 /// The arguments of one allocator call, as its entry uprobe reads them.

@@ -2,7 +2,8 @@
 //! `rss_stat` event it causes (for every process: one per-CPU store costs
 //! less than finding out whether the process is traced), and counts and
 //! records copy-on-write write faults of traced processes (pages un-shared
-//! after fork);
+//! after fork: only while another process may still map them, `sharers`;
+//! a write fault of a process alone in its fork family reuses the page);
 //! `page_fault_kernel` remembers faults the kernel takes on a process's user
 //! addresses (copying into a fresh buffer in `read()`), so the growth they
 //! cause gets its address too.
@@ -19,6 +20,7 @@ use crate::{
     counters::{add, current_ids, traced},
     maps::{PendingFault, PENDING_FAULT},
     sample::{count_and_emit, MemoryEventArgs},
+    sharers::may_share,
 };
 
 /// x86 page-fault error code bits (arch/x86/include/asm/trap_pf.h):
@@ -51,6 +53,9 @@ fn try_page_fault_user(ctx: &BtfTracePointContext) {
     };
     // SAFETY: live map value of a traced process.
     unsafe { add(&raw mut (*counters).page_faults, 1) };
+    if !may_share(tgid) {
+        return;
+    }
     let args = MemoryEventArgs {
         event: MemoryEvent::CowFault,
         addr: address,

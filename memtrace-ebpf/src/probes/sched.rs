@@ -27,7 +27,8 @@ use crate::{
         TASK_EXIT_CODE_OFFSET, TASK_PID_OFFSET, TASK_SIGNAL_OFFSET, TASK_START_BOOTTIME_OFFSET,
         TASK_TGID_OFFSET,
     },
-    sample::{emit, header},
+    ring::{emit, header},
+    sharers,
 };
 
 /// BTF tracepoint `sched_process_fork(struct task_struct *parent, struct
@@ -84,6 +85,9 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Result<(), ()> {
     PROCESSES
         .insert(child_tgid, counters, BPF_ANY.into())
         .map_err(|_| ())?;
+    if !shares_parent_mm {
+        sharers::forked(parent_tgid, child_tgid);
+    }
     // SAFETY: the value is copied out at once.
     match unsafe { PY_PROCESSES.get(parent_tgid) }.copied() {
         // A full map only costs the child its Python stacks, not its counts.
@@ -137,6 +141,7 @@ fn try_sched_process_exec() {
         };
     }
     let _ = PY_PROCESSES.remove(tgid);
+    sharers::left(tgid);
     // Allocator mode: the old image's call in progress (its return never
     // comes) must not leave the new image's thread counted as nested.
     let _ = ALLOC_THREADS.remove(tgid);
@@ -276,5 +281,6 @@ fn try_sched_process_exit() -> Result<(), ()> {
     });
     let _ = PROCESSES.remove(tgid);
     let _ = PY_PROCESSES.remove(tgid);
+    sharers::left(tgid);
     Ok(())
 }

@@ -22,7 +22,8 @@ use crate::{
     counters::{add, current_ids, swap, traced},
     maps::{PendingSyscall, PENDING_SYSCALLS},
     record::field,
-    sample::{count_and_emit, emit, header, MemoryEventArgs},
+    ring::{emit, header},
+    sample::{count_and_emit, MemoryEventArgs},
 };
 
 /// Offset of the first argument in a `sys_enter_*` record.

@@ -51,6 +51,22 @@ impl Identity {
             container_id,
         }
     }
+
+    /// The identity of a process that already exited, from the command
+    /// line the trace recorded (`cmdline`, arguments joined with spaces):
+    /// its service name without `OTEL_SERVICE_NAME`, cgroup `/`.
+    pub fn from_cmdline(cmdline: &str) -> Self {
+        let argv: Vec<String> = cmdline.split_whitespace().map(str::to_owned).collect();
+        let comm = argv
+            .first()
+            .map_or("", |program| program.rsplit('/').next().unwrap_or(program));
+        Self {
+            service_name: service_name(None, &argv, comm),
+            cgroup: "/".to_owned(),
+            pod_uid: None,
+            container_id: None,
+        }
+    }
 }
 
 /// The process's `OTEL_SERVICE_NAME`, when set and not empty.

@@ -45,8 +45,26 @@ impl WindowBuilder {
     /// The window from the previous one's end to `end_unix_ns`, from
     /// `report` (the aggregator's report now); `health` as the agent counts
     /// it, with this window counted in [`Health::windows_emitted`].
-    pub fn close(&mut self, report: &Report, end_unix_ns: u64, mut health: Health) -> Window {
-        let open: Vec<&ProcessReport> = report.processes.iter().filter(|p| is_open(p)).collect();
+    pub fn close(&mut self, report: &Report, end_unix_ns: u64, health: Health) -> Window {
+        self.close_images(report, end_unix_ns, health, is_open)
+    }
+
+    /// The one window of a whole `record`/`run`: every image of `report`,
+    /// the ended ones too, those labelled from their recorded command line
+    /// (their `/proc` entry is gone, or another process's now).
+    pub fn close_run(&mut self, report: &Report, end_unix_ns: u64, health: Health) -> Window {
+        self.close_images(report, end_unix_ns, health, |_| true)
+    }
+
+    /// The window of the images `keep` selects.
+    fn close_images(
+        &mut self,
+        report: &Report,
+        end_unix_ns: u64,
+        mut health: Health,
+        keep: fn(&ProcessReport) -> bool,
+    ) -> Window {
+        let open: Vec<&ProcessReport> = report.processes.iter().filter(|p| keep(p)).collect();
         self.identities
             .retain(|id, _| open.iter().any(|p| p.id == *id));
         let mut paths_of: HashMap<ProcessId, Vec<PathWindow>> = HashMap::new();
@@ -80,10 +98,13 @@ impl WindowBuilder {
         let processes = open
             .into_iter()
             .map(|p| {
-                let identity = self
-                    .identities
-                    .entry(p.id)
-                    .or_insert_with(|| Identity::read(p.tgid));
+                let identity = self.identities.entry(p.id).or_insert_with(|| {
+                    if is_open(p) {
+                        Identity::read(p.tgid)
+                    } else {
+                        Identity::from_cmdline(&p.cmdline)
+                    }
+                });
                 let mut paths = paths_of.remove(&p.id).unwrap_or_default();
                 paths.sort_by(|a, b| {
                     (b.held_bytes, b.grown_bytes, &a.frames).cmp(&(

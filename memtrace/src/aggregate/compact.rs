@@ -13,6 +13,14 @@ impl Aggregator {
         self.build_report(now_ns, meta)
     }
 
+    /// Keeps no path timelines from now on (see [`Report::paths`]'
+    /// `timeline`, empty afterwards): `memtrace agent` reads only each
+    /// path's totals, and the timelines are most of the aggregator's memory
+    /// when many processes each have many paths.
+    pub fn drop_path_timelines(&mut self) {
+        self.paths.without_timelines();
+    }
+
     /// Forgets every image that ended (it exec'd or began to exit) with its
     /// paths and held-map state; returns their ids. Later calls about them
     /// are ignored, as for any ended image. A report built afterwards no
@@ -31,5 +39,55 @@ impl Aggregator {
         }
         self.paths.forget(&ended);
         ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use memtrace_common::MemoryEvent;
+
+    use crate::aggregate::test_support::{meta, prefork_aggregator, rss, sample, start};
+    use crate::aggregate::{ProcessId, Role};
+
+    #[test]
+    fn a_report_now_leaves_the_run_going_and_equals_the_finished_one() {
+        let agg = prefork_aggregator();
+        let now = agg.report_now(5_000, meta());
+        assert_eq!(now, agg.finish(5_000, meta()));
+    }
+
+    #[test]
+    fn ended_images_are_forgotten_with_their_paths_and_ids_are_not_reused() {
+        let mut agg = prefork_aggregator();
+        let before = agg.report_now(5_000, meta());
+        let worker = ProcessId(1);
+        agg.process_exited(worker, 2_000, None, Some(&rss(1 << 20, 0)));
+        assert_eq!(agg.compact_ended(), vec![worker]);
+        let after = agg.report_now(5_000, meta());
+        assert_eq!(after.processes.len(), before.processes.len() - 1);
+        assert!(after.processes.iter().all(|p| p.id != worker));
+        assert!(after.paths.iter().all(|p| p.process != worker));
+        assert!(agg.compact_ended().is_empty(), "nothing else ended");
+        let next = agg.process_started(start(101, Some(ProcessId(0)), Role::Worker, 3_000));
+        assert_eq!(
+            next,
+            ProcessId(4),
+            "a new image gets a new id, not the forgotten one's"
+        );
+    }
+
+    #[test]
+    fn without_path_timelines_paths_keep_their_totals_only() {
+        let mut agg = prefork_aggregator();
+        agg.drop_path_timelines();
+        let stack = sample(&mut agg, ProcessId(2), MemoryEvent::AnonGrowth, 4096, &[]);
+        let report = agg.report_now(5_000, meta());
+        assert!(report.paths.iter().all(|p| p.timeline.is_empty()));
+        let path = report
+            .paths
+            .iter()
+            .find(|p| p.process == ProcessId(2) && p.stack == stack)
+            .expect("the path");
+        assert_eq!(path.bytes.growth_bytes, 4096);
     }
 }

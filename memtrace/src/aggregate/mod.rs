@@ -36,13 +36,14 @@ use memtrace_common::ProcessCounters;
 pub use buckets::{PathPoint, INITIAL_PATH_BUCKET_NS, MAX_PATH_BUCKETS};
 pub(crate) use counters_serde::CountersDef;
 pub use model::{
-    show_full_paths, ExitBegin, ExitStatus, Frame, MappingKind, ProcessId, ProcessStart,
-    PythonStatus, Role, Sharing,
+    display_file, show_full_paths, ExitBegin, ExitStatus, Frame, MappingKind, ProcessId,
+    ProcessStart, PythonStatus, Role, Sharing,
 };
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{
-    short_command, ExactCounters, PathReport, ProcessKind, ProcessReport, PythonPath, Report,
-    RssSummary, RunMeta, SampledBytes, SharingSummary, StackGrowthReport, Totals, Warning, Weight,
+    short_command, ExactCounters, Origin, PathReport, ProcessKind, ProcessReport, PythonPath,
+    Report, RssSummary, RunMeta, SampledBytes, SharingSummary, StackGrowthReport, Totals, Warning,
+    Weight,
 };
 pub use stacks::StackId;
 pub use timeline::{RssPoint, MAX_TIMELINE_POINTS};

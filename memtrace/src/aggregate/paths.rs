@@ -20,9 +20,21 @@ struct PathState {
 }
 
 /// Every path of the run.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct PathTable {
     paths: HashMap<(ProcessId, StackId), PathState>,
+    /// Whether each path keeps its bytes per time bucket (not for
+    /// `memtrace agent`, whose windows read only the totals).
+    timelines: bool,
+}
+
+impl Default for PathTable {
+    fn default() -> Self {
+        Self {
+            paths: HashMap::new(),
+            timelines: true,
+        }
+    }
 }
 
 /// Sort key of paths and merged stacks: held at the high-water mark, then
@@ -49,7 +61,19 @@ impl PathTable {
     ) {
         let path = self.paths.entry((process, stack)).or_default();
         path.bytes.merge(bytes);
-        path.timeline.add(width, t_ns, bytes);
+        if self.timelines {
+            path.timeline.add(width, t_ns, bytes);
+        }
+    }
+
+    /// Keeps no bytes per time bucket from now on (reports' path
+    /// timelines are empty): up to [`super::MAX_PATH_BUCKETS`] points per
+    /// path that a long trace reading only totals does not need.
+    pub(super) fn without_timelines(&mut self) {
+        self.timelines = false;
+        for path in self.paths.values_mut() {
+            path.timeline = PathTimeline::default();
+        }
     }
 
     /// Sets the bytes the path held at its image's high-water mark.

@@ -6,19 +6,17 @@
 //! alive, not the windows nor the processes that came and went.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::session::{self, monotonic_ns, Session, DRAIN_INTERVAL, FLUSH_INTERVAL, TICK};
+use super::fleet::Fleet;
+use super::session::{self, Session, DRAIN_INTERVAL, FLUSH_INTERVAL, TICK};
 use crate::agent::discovery::{cgroup_exists, Discovery, Selector};
-use crate::agent::windows::{host_name, own_resident_bytes, WindowBuilder};
-use crate::aggregate::{Role, RunMeta};
-use crate::cli::{AgentArgs, CommonArgs, GateArgs, RenderArgs, WeightArg};
-use crate::events::RecordReader;
+use crate::aggregate::Role;
+use crate::cli::{AgentArgs, CommonArgs, GateArgs, ProfileSinkArgs, RenderArgs, WeightArg};
 use crate::process::proc;
-use crate::sinks::{prometheus::PrometheusSink, Health, Sink};
 
 /// The agent's records ring buffer: 8 MiB, a quarter of `record`'s. The
 /// kernel maps its data pages twice (for records that wrap), so the ring
@@ -27,12 +25,6 @@ use crate::sinks::{prometheus::PrometheusSink, Health, Sink};
 const AGENT_RING_BYTES: u32 = 8 << 20;
 /// How often `/proc` is polled for processes to trace.
 const DISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
-
-/// What the loop counts of the sinks.
-#[derive(Debug, Default)]
-struct SinkCounts {
-    errors: u64,
-}
 
 /// Runs `memtrace agent` until `--duration`, SIGTERM or SIGINT (each after
 /// a last window), or, with `--pid` only, until every traced process
@@ -44,22 +36,29 @@ struct SinkCounts {
 /// bound, the eBPF programs refused.
 pub(super) async fn run(args: AgentArgs) -> Result<ExitCode> {
     let selector = selector(&args)?;
-    let mut sinks = open_sinks(&args)?;
+    let profile_sinks = crate::sinks::open_profile_sinks(&args.profile_sinks)?;
+    let mut fleet = Fleet::open(
+        &args.sinks,
+        args.top,
+        args.host_name.clone(),
+        args.interval,
+        profile_sinks,
+    )?;
     let common = common_args(&args);
     let (mut session, mut reader) =
-        Session::start_with_ring(&common, "memtrace agent", Some(AGENT_RING_BYTES), None)?;
+        Session::start_without_files(&common, "memtrace agent", Some(AGENT_RING_BYTES))?;
     session.attached(false);
+    session.recorder.drop_path_timelines();
     let mut discovery = Discovery::new(selector, proc::self_and_ancestors());
-    let mut windows = WindowBuilder::new(host_name(), unix_ns());
-    let mut counts = SinkCounts::default();
     discover(&mut session, &mut discovery)?;
     eprintln!(
         "memtrace agent: tracing {} processes; a window every {}{}",
         session.tree.live().count(),
         humantime::format_duration(args.interval),
-        sinks
+        fleet
+            .names()
             .iter()
-            .map(|s| format!(", to {}", s.name()))
+            .map(|name| format!(", to {name}"))
             .collect::<String>()
     );
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
@@ -68,7 +67,6 @@ pub(super) async fn run(args: AgentArgs) -> Result<ExitCode> {
     let mut drain = tokio::time::interval(DRAIN_INTERVAL);
     let (mut last_tick, mut last_flush, mut last_poll) =
         (Instant::now(), Instant::now(), Instant::now());
-    let mut next_window = Instant::now() + args.interval;
     let mut stop: Option<&str> = None;
     while stop.is_none() {
         tokio::select! {
@@ -94,10 +92,9 @@ pub(super) async fn run(args: AgentArgs) -> Result<ExitCode> {
         if discovery.fixed_targets() && session.tree.all_exited() {
             stop = stop.or(Some("every traced process exited"));
         }
-        if stop.is_some() || Instant::now() >= next_window {
-            next_window = Instant::now() + args.interval;
+        if stop.is_some() || fleet.due() {
             reader.drain(|record| session.handle(record));
-            let window = emit(&mut session, &reader, &mut windows, &mut sinks, &mut counts);
+            let window = fleet.emit(&mut session, &reader, true);
             if !args.quiet || stop.is_some() {
                 eprintln!("{window}");
             }
@@ -131,16 +128,6 @@ fn selector(args: &AgentArgs) -> Result<Selector> {
     Ok(Selector::Python)
 }
 
-/// The sinks the command line asks for, opened before tracing starts (an
-/// address that cannot be bound fails here).
-fn open_sinks(args: &AgentArgs) -> Result<Vec<Box<dyn Sink>>> {
-    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
-    if let Some(addr) = &args.metrics {
-        sinks.push(Box::new(PrometheusSink::bind(addr, args.top)?));
-    }
-    Ok(sinks)
-}
-
 /// The session options of the agent: the default mode, forks followed, no
 /// report files.
 fn common_args(args: &AgentArgs) -> CommonArgs {
@@ -163,12 +150,15 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
         },
         quiet: true,
         allocations: false,
-        alloc_hooks: None,
         alloc_weight: crate::cli::AllocWeightArg::Leaked,
+        alloc_hooks: None,
         gate: GateArgs {
             fail_above: None,
             fail_on_cause: Vec::new(),
         },
+        // The agent holds its sinks itself.
+        sinks: crate::cli::SinkArgs::default(),
+        profile_sinks: ProfileSinkArgs::default(),
     }
 }
 
@@ -189,85 +179,4 @@ fn discover(session: &mut Session, discovery: &mut Discovery) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Closes the window now: fresh counters of every open image, the report
-/// so far, the window to every sink; then forgets the images that ended.
-fn emit(
-    session: &mut Session,
-    reader: &RecordReader,
-    windows: &mut WindowBuilder,
-    sinks: &mut [Box<dyn Sink>],
-    counts: &mut SinkCounts,
-) -> WindowLine {
-    session.final_counters();
-    session.flush();
-    let now_ns = monotonic_ns();
-    let meta = RunMeta {
-        command: session.command.clone(),
-        duration_ns: now_ns.saturating_sub(session.start_ns),
-        records: reader.records(),
-        dropped_records: session.tracer.dropped_records().unwrap_or(0),
-        decode_errors: reader.decode_errors(),
-        sample_interval_bytes: session.sample_interval_bytes,
-        attach_ns: session.attach_ns,
-        attached_unix_ns: session.attached_unix_ns,
-        ..RunMeta::default()
-    };
-    let report = session.recorder.report_now(now_ns, meta);
-    let health = Health {
-        records_read: report.meta.records,
-        records_dropped: report.meta.dropped_records,
-        windows_emitted: 0,
-        sink_errors: counts.errors,
-        windows_dropped: sinks.iter().map(|s| s.windows_dropped()).sum(),
-        own_resident_bytes: own_resident_bytes(),
-    };
-    let window = windows.close(&report, unix_ns(), health);
-    for sink in sinks.iter_mut() {
-        if let Err(err) = sink.send(&window) {
-            counts.errors += 1;
-            eprintln!("memtrace agent: warning: {}: {err:#}", sink.name());
-        }
-    }
-    let compacted = session.recorder.compact_ended();
-    WindowLine {
-        number: window.health.windows_emitted,
-        processes: window.processes.len(),
-        compacted,
-        health: window.health,
-    }
-}
-
-/// The line printed per window.
-struct WindowLine {
-    number: u64,
-    processes: usize,
-    compacted: usize,
-    health: Health,
-}
-
-impl std::fmt::Display for WindowLine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let h = &self.health;
-        write!(
-            f,
-            "memtrace agent: window {}: {} processes ({} ended ones forgotten), {} records \
-             read, {} dropped, {} sink errors, memtrace RSS {}",
-            self.number,
-            self.processes,
-            self.compacted,
-            h.records_read,
-            h.records_dropped,
-            h.sink_errors,
-            crate::units::format_bytes(h.own_resident_bytes)
-        )
-    }
-}
-
-/// Unix time now, in ns.
-fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }

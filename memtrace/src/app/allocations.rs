@@ -26,6 +26,7 @@ use crate::report::allocations::{
     render_flamegraph, render_folded, render_pprof, render_speedscope, AllocWeight, ProfileRun,
 };
 use crate::report::Format;
+use crate::stacks::RecordStack;
 
 /// Least time between two allocations lines of a capture (the end writes
 /// one whatever the time).
@@ -146,11 +147,16 @@ impl Session {
         // The sampler's marker is entered, not returned to: its own frames
         // are dropped by the unwinder.
         let ip_is_return = record.flags & ALLOC_SAMPLER == 0;
-        let native = match self.take_native_stack(&record.header) {
-            Some(copy) => self.native_chain(tgid, &copy, count > 0, ip_is_return),
-            None => self.native_leaf(tgid, record.native_ip),
+        let copy = self.stacks.take_native_stack(&record.header);
+        let own = RecordStack {
+            tgid,
+            stack_status: record.stack_status,
+            frames: &record.frames[..count],
+            native_ip: record.native_ip,
+            ip_is_return,
         };
-        let stack = self.stack(tgid, record.stack_status, &record.frames[..count], native);
+        let python = self.tree.get(tgid).map(|p| &p.python);
+        let stack = self.stacks.assemble(&own, copy.as_deref(), python);
         let stack = stack.iter().map(ToString::to_string).collect();
         if let Some(tracker) = &mut self.allocations {
             let block = SampledBlock {

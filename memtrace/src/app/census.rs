@@ -52,6 +52,16 @@ impl CensusWorker {
         }
     }
 
+    /// A worker that takes no census and has no thread (`memtrace agent`:
+    /// its windows carry no census, and the censuses kept per image would
+    /// grow with every process that came and went).
+    pub(super) fn off() -> Self {
+        Self {
+            tx: None,
+            thread: None,
+        }
+    }
+
     /// Image `id` of `tgid` runs `python`: census it from now on.
     pub(super) fn python(&self, tgid: u32, id: ProcessId, python: &PythonProcess) {
         self.send(Message::Python(tgid, id, Box::new(python.clone())));

@@ -12,7 +12,7 @@ mod agent;
 mod allocations;
 mod census;
 mod files;
-mod native;
+mod fleet;
 mod output;
 mod probing;
 mod records;
@@ -63,7 +63,23 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
         );
     }
     let files = files::RunFiles::prepare(&mut common)?;
+    let profile_sinks = crate::sinks::open_profile_sinks(&common.profile_sinks)?;
     let command = format!("memtrace record --pid {}", join(&pids));
+    progress(
+        &common,
+        &format!(
+            "attaching to PID {}{} (loading the eBPF programs takes a few seconds) ...",
+            pids.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            if common.no_follow_forks {
+                ""
+            } else {
+                " and its descendants"
+            }
+        ),
+    );
     let (mut session, mut reader) = Session::start(&common, &command, None)?;
     for &pid in &pids {
         let root = session.add_running(pid, None, root_role(pid))?;
@@ -72,8 +88,9 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
         }
     }
     session.attached(false);
+    traced(&common, &session);
     session.trace(&mut reader, &common, None).await?;
-    session.finish(&reader, &common, &files, None)
+    session.finish(&reader, &common, &files, None, profile_sinks)
 }
 
 /// `memtrace run -- CMD`: starts the command held before its execve, traces
@@ -85,11 +102,16 @@ async fn run_command(
     mut common: CommonArgs,
 ) -> Result<ExitCode> {
     let files = files::RunFiles::prepare(&mut common)?;
+    let profile_sinks = crate::sinks::open_profile_sinks(&common.profile_sinks)?;
     let command = argv
         .iter()
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
+    progress(
+        &common,
+        "loading the eBPF programs (a few seconds) before starting the command ...",
+    );
     let sampler = (common.allocations
         && common.alloc_hooks.unwrap_or(AllocHooksArg::Sampler) == AllocHooksArg::Sampler)
         .then(sampler::SamplerFiles::write)
@@ -110,7 +132,31 @@ async fn run_command(
         .trace(&mut reader, &common, Some(&mut child))
         .await?;
     let status = session::stop_child(&mut child);
-    session.finish(&reader, &common, &files, status)
+    session.finish(&reader, &common, &files, status, profile_sinks)
+}
+
+/// One line of progress on standard error (not with `--quiet`): attaching
+/// is silent for seconds otherwise.
+fn progress(common: &CommonArgs, line: &str) {
+    if !common.quiet {
+        eprintln!("memtrace: {line}");
+    }
+}
+
+/// Says how many processes `record` traces and how long attaching took.
+fn traced(common: &CommonArgs, session: &Session) {
+    let processes = session.tree.live().count();
+    let stop = match common.duration {
+        Some(d) => format!("for {}", humantime::format_duration(d)),
+        None => "until Ctrl-C or they exit".to_owned(),
+    };
+    progress(
+        common,
+        &format!(
+            "tracing {processes} process(es) {stop} (attaching took {:.1} s)",
+            session.attach_ns as f64 / 1e9
+        ),
+    );
 }
 
 /// Refuses a `record --pid` target that cannot or should not be traced: a

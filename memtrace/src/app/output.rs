@@ -14,13 +14,15 @@ use anyhow::{Context as _, Result};
 use super::files::RunFiles;
 use super::session::{monotonic_ns, Session};
 use crate::{
-    aggregate::{ExitStatus, RunMeta, Weight},
+    agent::windows::{host_name, own_resident_bytes, WindowBuilder},
+    aggregate::{ExitStatus, Report, RunMeta, Weight},
     capture,
     cli::{CommonArgs, FormatArg, GateArgs, RenderArgs, ReportArgs, WeightArg},
     diagnose::{self, gate::GATE_EXIT_STATUS, Diagnosed},
     events::RecordReader,
     output_file,
     report::{self, Format, RenderOptions},
+    sinks::{Health, Sink},
 };
 
 impl Session {
@@ -36,6 +38,7 @@ impl Session {
         common: &CommonArgs,
         files: &RunFiles,
         command_status: Option<ExitStatus>,
+        profile_sinks: Vec<Box<dyn Sink>>,
     ) -> Result<ExitCode> {
         let end_ns = monotonic_ns().max(self.start_ns);
         self.stop_samplers();
@@ -60,10 +63,12 @@ impl Session {
             attached_unix_ns: self.attached_unix_ns,
             command_held: self.command_held,
             command_status,
+            origin: crate::aggregate::Origin::here(self.attached_unix_ns),
         };
         let census = self.census.finish();
         self.recorder.census(&census);
         let stop = self.stop_reason;
+        let start_unix_ns = self.attached_unix_ns;
         let (report, capture_error) = self.recorder.finish(end_ns, meta);
         if let Some(err) = capture_error {
             eprintln!(
@@ -74,26 +79,42 @@ impl Session {
         let diagnosed = diagnose::diagnose_with_census(report, allocations, census);
         let options = render_options(&common.render);
         let written = files.write(&diagnosed, common, &options);
+        send_run_profile(profile_sinks, &diagnosed.report, start_unix_ns);
         if let Some(reason) = stop {
             eprintln!("memtrace: stopped: {}", reason.describe());
         }
         let mut stdout = io::stdout().lock();
         report::table::render(&diagnosed, &options, &written, &mut stdout)
             .context("cannot print the report")?;
-        if let Some(allocations) = &diagnosed.allocations {
-            report::allocations::render_text(
-                allocations,
-                &diagnosed.report.processes,
-                options.top,
-                &mut stdout,
-            )
-            .context("cannot print the report")?;
-        }
         if let Some(code) = gate(&common.gate, &diagnosed) {
             return Ok(code);
         }
         Ok(command_status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.shell_status())))
     }
+}
+
+/// Sends the whole run as one window to `sinks` (`--otlp`, `--pyroscope`)
+/// and waits for them to deliver it (each sink's flush timeout at most);
+/// failures are warnings.
+fn send_run_profile(mut sinks: Vec<Box<dyn Sink>>, report: &Report, start_unix_ns: u64) {
+    if sinks.is_empty() {
+        return;
+    }
+    let health = Health {
+        records_read: report.meta.records,
+        records_dropped: report.meta.dropped_records,
+        own_resident_bytes: own_resident_bytes(),
+        ..Health::default()
+    };
+    let mut windows = WindowBuilder::new(host_name(), start_unix_ns);
+    let window = windows.close_run(report, super::fleet::unix_ns(), health);
+    for sink in &mut sinks {
+        if let Err(err) = sink.send(&window) {
+            eprintln!("memtrace: warning: {}: {err:#}", sink.name());
+        }
+    }
+    // Dropping a queued sink waits for its queue to empty.
+    drop(sinks);
 }
 
 /// The CI gate of `args` on `diagnosed`: when it trips, the one line saying
@@ -159,7 +180,7 @@ pub(super) fn report_command(args: &ReportArgs) -> Result<ExitCode> {
         }
     } else {
         write_output(args, |out| {
-            render_with_allocations(&diagnosed, format, &options, out)
+            report::render(&diagnosed, format, &options, out).map_err(Into::into)
         })?;
     }
     Ok(gate(&args.gate, &diagnosed).unwrap_or(ExitCode::SUCCESS))
@@ -203,28 +224,6 @@ fn write_output(
             out.flush().context("cannot write to standard output")
         }
     }
-}
-
-/// [`report::render`], and for the table the allocations section of a
-/// capture recorded with `--allocations` after it (the JSON has it as its
-/// `allocations` field).
-fn render_with_allocations(
-    diagnosed: &Diagnosed,
-    format: Format,
-    options: &RenderOptions,
-    out: &mut dyn io::Write,
-) -> Result<()> {
-    report::render(diagnosed, format, options, out)?;
-    if let (Format::Table, Some(allocations)) = (format, &diagnosed.allocations) {
-        report::allocations::render_text(
-            allocations,
-            &diagnosed.report.processes,
-            options.top,
-            out,
-        )
-        .context("cannot print the allocations section")?;
-    }
-    Ok(())
 }
 
 /// Warns, before tracing, about `--per-process` without a flame graph to

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::session::Session;
 use crate::{
     aggregate::PythonStatus,
-    process::{proc, PythonState},
+    process::{maps, proc, PythonState},
     python::{self, Probe},
 };
 
@@ -45,9 +45,9 @@ impl Session {
                     self.set_python_status(tgid, PythonStatus::Unsupported { reason });
                     return;
                 }
-                self.watch_finalization(&process.binary);
+                self.watch_finalization(tgid, &process.binary);
                 self.hook_allocator(tgid, Some(process.binary.clone()));
-                self.resolver.register(tgid, &process);
+                self.stacks.resolver.register(tgid, &process);
                 if let Some(id) = self.tree.id_of(tgid) {
                     self.census.python(tgid, id, &process);
                 }
@@ -80,11 +80,15 @@ impl Session {
         matches!((kernel, handled), (Some(kernel), Some(handled)) if kernel != handled)
     }
 
-    /// Attaches the finalization uprobe to `binary` (once per binary); a
-    /// failure costs only the precise end of those processes' lives (their
-    /// `exit_group` still marks it, after finalization), said once.
-    fn watch_finalization(&mut self, binary: &std::path::Path) {
-        match self.tracer.attach_python_finalize(binary) {
+    /// Attaches the finalization uprobe to `binary` as `tgid` mapped it
+    /// (once per file), reached through [`maps::reachable_path`] (an
+    /// interpreter in another mount namespace, or deleted and replaced on
+    /// disk, is read and probed as the very file mapped); a failure costs
+    /// only the precise end of those processes' lives (their `exit_group`
+    /// still marks it, after finalization), said once.
+    fn watch_finalization(&mut self, tgid: u32, binary: &std::path::Path) {
+        let reachable = maps::reachable_path(tgid, binary).unwrap_or_else(|| binary.to_owned());
+        match self.tracer.attach_python_finalize(&reachable) {
             Ok(true) => {}
             Ok(false) => eprintln!(
                 "memtrace: warning: `{}` has no Py_FinalizeEx/Py_Exit symbol: the end of its \

@@ -1,14 +1,13 @@
 //! Each decoded ring-buffer record turned into the aggregation step's calls:
 //! the process tree follows forks, execs and exits (a tgid maps to the row
 //! of its live process's current image); a sampled memory record gets its
-//! symbolized stack (Python frames, the native frames, the mapping of
+//! stack (assembled by `crate::stacks`, completed by the mapping of
 //! file-backed growth) and the pages it made resident; an address record
 //! releases or moves pages.
 
 use memtrace_common::{
     AddressOp, AddressRecord, ExitBeginReason, ExitBeginRecord, ExitRecord, ForkRecord,
-    MemoryEvent, MemoryRecord, ProcessCounters, PyFrame, RSS_ALL_KNOWN, STACK_NO_PYTHON,
-    STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER, STACK_TRUNCATED,
+    MemoryEvent, MemoryRecord, ProcessCounters, RSS_ALL_KNOWN,
 };
 
 use super::session::Session;
@@ -19,6 +18,7 @@ use crate::{
     capture::AddressChange,
     events::Record,
     process::{proc, PythonState},
+    stacks::RecordStack,
 };
 
 /// Size of one page, in bytes.
@@ -36,7 +36,7 @@ impl Session {
             Record::Address(address) => self.on_address(&address),
             Record::Alloc(alloc) => self.on_alloc(&alloc),
             Record::Free(free) => self.on_free(&free),
-            Record::NativeStack(stack) => self.on_native_stack(stack),
+            Record::NativeStack(stack) => self.stacks.keep_native_stack(stack),
         }
     }
 
@@ -77,7 +77,7 @@ impl Session {
 
     /// A child runs its parent's interpreter: same code objects, same layout.
     fn inherit_python(&mut self, child: u32, parent_tgid: u32) {
-        self.resolver.inherit(child, parent_tgid);
+        self.stacks.resolver.inherit(child, parent_tgid);
         // The kernel side copies the parent's CPython layout at fork, but
         // only if the layout reached the kernel before the fork; the probe
         // may have run between the fork and this record, so write it again.
@@ -195,16 +195,20 @@ impl Session {
         };
         let tgid = record.header.tgid;
         // Taken first: a stack whose record is ignored must not stay.
-        let copy = self.take_native_stack(&record.header);
+        let copy = self.stacks.take_native_stack(&record.header);
         let Some(id) = self.tree.id_of(tgid) else {
             return;
         };
         let frames = &record.frames[..(record.frame_count as usize).min(record.frames.len())];
-        let native = match copy {
-            Some(copy) => self.native_chain(tgid, &copy, !frames.is_empty(), false),
-            None => self.native_leaf(tgid, record.native_ip),
+        let own = RecordStack {
+            tgid,
+            stack_status: record.stack_status,
+            frames,
+            native_ip: record.native_ip,
+            ip_is_return: false,
         };
-        let mut stack = self.stack(tgid, record.stack_status, frames, native);
+        let python = self.tree.get(tgid).map(|p| &p.python);
+        let mut stack = self.stacks.assemble(&own, copy.as_deref(), python);
         if let Some(kind) = mapping_kind(event) {
             let name = self
                 .mappings
@@ -251,57 +255,7 @@ impl Session {
         self.recorder
             .address(id, record.header.ts_ns, change, record.rss_bytes);
     }
-
-    /// A record's stack, outermost first: the Python `frames` (innermost
-    /// first, walked with `STACK_*` bits `status`), then the `native` frames
-    /// (outermost first); markers say why Python frames are missing.
-    pub(super) fn stack(
-        &mut self,
-        tgid: u32,
-        status: u32,
-        frames: &[PyFrame],
-        native: Vec<Frame>,
-    ) -> Vec<Frame> {
-        let count = frames.len();
-        let mut stack = Vec::with_capacity(count + 3 + native.len());
-        if status & STACK_TRUNCATED != 0 {
-            stack.push(unknown("outer frames truncated"));
-        }
-        if status & STACK_SUBINTERPRETER != 0 {
-            stack.push(unknown(SUBINTERPRETER_MARKER));
-        }
-        if status & STACK_NO_PYTHON != 0 {
-            stack.push(unknown(self.no_python_reason(tgid)));
-        } else if status & STACK_NO_THREAD_STATE != 0 {
-            stack.push(unknown("no Python thread state: native thread"));
-        } else if status & STACK_READ_ERROR != 0 && count == 0 {
-            stack.push(unknown("Python frames unreadable"));
-        }
-        for frame in frames.iter().rev() {
-            stack.push(match self.resolver.resolve(tgid, frame) {
-                Ok(location) => Frame::from(location),
-                Err(_) => unknown("unresolved Python frame"),
-            });
-        }
-        stack.extend(native);
-        stack
-    }
-
-    fn no_python_reason(&self, tgid: u32) -> String {
-        match self.tree.get(tgid).map(|p| &p.python) {
-            Some(PythonState::Known(status)) => status
-                .missing_reason()
-                .unwrap_or_else(|| "Python stack unavailable".to_owned()),
-            _ => "no Python stack yet (interpreter not found or not initialised)".to_owned(),
-        }
-    }
 }
-
-/// Outermost marker of a stack walked in a sub-interpreter
-/// (`STACK_SUBINTERPRETER`): the frames below it are that interpreter's;
-/// the main-interpreter frames that called into it are not walked.
-pub(crate) const SUBINTERPRETER_MARKER: &str =
-    "in a sub-interpreter; its caller in the main interpreter not shown";
 
 /// The mapping kind whose name completes the stack of `event`'s growth.
 fn mapping_kind(event: MemoryEvent) -> Option<MappingKind> {
@@ -327,12 +281,6 @@ fn resident_pages(event: MemoryEvent, addr: u64, len_bytes: u64) -> Option<std::
     let align = if len.is_power_of_two() { len } else { PAGE };
     let start = addr & !(align - 1);
     Some(start..start.saturating_add(len))
-}
-
-fn unknown(reason: impl Into<String>) -> Frame {
-    Frame::Unknown {
-        reason: reason.into(),
-    }
 }
 
 #[cfg(test)]

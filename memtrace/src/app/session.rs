@@ -12,7 +12,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use memtrace_common::{NativeStackRecord, ProcessCounters};
+use memtrace_common::ProcessCounters;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::{
@@ -29,8 +29,7 @@ use crate::{
         sharing::SharingReader,
         ProcessTree,
     },
-    python::FrameResolver,
-    symbolize::{NativeSymbolizer, NativeUnwinder},
+    stacks::StackAssembler,
 };
 
 /// What `--allocations --alloc-hooks uprobes` costs the traced processes,
@@ -87,12 +86,9 @@ pub(super) struct Session {
     /// `--capture`.
     pub(super) recorder: Recorder<BufWriter<File>>,
     pub(super) command: String,
-    pub(super) resolver: FrameResolver,
-    pub(super) symbolizer: NativeSymbolizer,
-    pub(super) unwinder: NativeUnwinder,
-    /// Each thread's last `NativeStackRecord`, until the allocation or
-    /// memory record sent after it.
-    pub(super) native_stacks: std::collections::HashMap<u32, Box<NativeStackRecord>>,
+    /// Code objects, symbols, unwind tables and pending native stacks, to
+    /// assemble each sampled record's stack with.
+    pub(super) stacks: StackAssembler,
     pub(super) mappings: MappingNames,
     /// Paced PSS/USS reads.
     pub(super) sharing: SharingReader,
@@ -130,6 +126,9 @@ pub(super) struct Session {
     /// The allocators' census of each CPython process, taken on its own
     /// thread.
     pub(super) census: super::census::CensusWorker,
+    /// `record`/`run` with the fleet's sinks (`--metrics`): a window every
+    /// 15 s and one at the end.
+    fleet: Option<super::fleet::Fleet>,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
@@ -142,26 +141,44 @@ pub(super) fn monotonic_ns() -> u64 {
 impl Session {
     /// Loads and attaches the kernel side and creates the capture file;
     /// returns the session and the reader of its ring buffer.
+    /// With `sampler` (`--alloc-hooks sampler`), the allocator probes go on
+    /// its library's markers.
     pub(super) fn start(
         common: &CommonArgs,
         command: &str,
         sampler: Option<super::sampler::SamplerFiles>,
     ) -> Result<(Self, RecordReader)> {
-        Self::start_with_ring(common, command, None, sampler)
-    }
-
-    /// [`Session::start`] with a records ring buffer of `ring_bytes` (`None`:
-    /// the object's 32 MiB). With `sampler` (`--alloc-hooks sampler`), the
-    /// allocator probes go on its library's markers.
-    pub(super) fn start_with_ring(
-        common: &CommonArgs,
-        command: &str,
-        ring_bytes: Option<u32>,
-        sampler: Option<super::sampler::SamplerFiles>,
-    ) -> Result<(Self, RecordReader)> {
         let load_started = Instant::now();
         super::output::check_output_dir(&common.output_dir)?;
         super::output::check_per_process(common);
+        let fleet = super::fleet::Fleet::open_for_record(&common.sinks, common.render.top)?;
+        let (mut session, reader) = Self::load(common, command, sampler, None, load_started)?;
+        session.fleet = fleet;
+        Ok((session, reader))
+    }
+
+    /// [`Session::start`] for a session that writes no report files and
+    /// takes no allocator census (`memtrace agent`), with a records ring
+    /// buffer of `ring_bytes` (`None`: the object's 32 MiB).
+    pub(super) fn start_without_files(
+        common: &CommonArgs,
+        command: &str,
+        ring_bytes: Option<u32>,
+    ) -> Result<(Self, RecordReader)> {
+        let (mut session, reader) = Self::load(common, command, None, ring_bytes, Instant::now())?;
+        session.census.finish();
+        session.census = super::census::CensusWorker::off();
+        Ok((session, reader))
+    }
+
+    /// Loads and attaches the kernel side (begun at `load_started`).
+    fn load(
+        common: &CommonArgs,
+        command: &str,
+        sampler: Option<super::sampler::SamplerFiles>,
+        ring_bytes: Option<u32>,
+        load_started: Instant,
+    ) -> Result<(Self, RecordReader)> {
         let options = TracerOptions {
             sample_interval_bytes: common.sample_bytes,
             follow_forks: !common.no_follow_forks,
@@ -183,10 +200,7 @@ impl Session {
             tree: ProcessTree::default(),
             recorder: Recorder::new(Aggregator::new(start_ns), writer, HELD_MAP_MAX_ENTRIES),
             command: command.to_owned(),
-            resolver: FrameResolver::default(),
-            symbolizer: NativeSymbolizer::default(),
-            unwinder: NativeUnwinder::default(),
-            native_stacks: std::collections::HashMap::new(),
+            stacks: StackAssembler::default(),
             mappings: MappingNames::default(),
             sharing: SharingReader::default(),
             launched: None,
@@ -207,6 +221,7 @@ impl Session {
             alloc_sampler: sampler,
             alloc_captured: None,
             census: super::census::CensusWorker::start(),
+            fleet: None,
         };
         if common.allocations {
             let cost = if session.alloc_sampler.is_some() {
@@ -341,6 +356,9 @@ impl Session {
                 last_flush = Instant::now();
                 self.flush();
             }
+            if self.fleet.as_ref().is_some_and(super::fleet::Fleet::due) {
+                self.send_window(reader);
+            }
             reap(&mut child);
             if self.tree.all_exited() && self.launched.is_none() {
                 self.stop_reason = Some(StopReason::AllExited);
@@ -349,7 +367,17 @@ impl Session {
         reader.drain(|record| self.handle(record));
         live.finish();
         self.final_counters();
+        self.send_window(reader);
         Ok(())
+    }
+
+    /// With the fleet's sinks, closes a window now and sends it (the
+    /// session keeps every image: nothing is compacted).
+    fn send_window(&mut self, reader: &RecordReader) {
+        if let Some(mut fleet) = self.fleet.take() {
+            fleet.emit(self, reader, false);
+            self.fleet = Some(fleet);
+        }
     }
 
     /// Turns the live view into plain lines once a traced process (or
@@ -473,10 +501,7 @@ impl Session {
 
     /// Forgets the per-process caches of `tgid` (exit or exec).
     pub(super) fn forget_tgid(&mut self, tgid: u32) {
-        self.resolver.forget(tgid);
-        self.symbolizer.forget(tgid);
-        self.unwinder.forget(tgid);
-        self.native_stacks.retain(|_, s| s.header.tgid != tgid);
+        self.stacks.forget(tgid);
         self.mappings.forget(tgid);
         self.sharing.forget(tgid);
         self.census.end(tgid);

@@ -8,10 +8,12 @@ pub mod alloc;
 mod alloc_attach;
 mod alloc_hooked;
 mod btf;
+mod finalize;
 #[cfg(test)]
 mod live_tests;
 mod preflight;
 
+use finalize::FileIdentity;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -308,7 +310,7 @@ pub struct ProgramSize {
 pub struct Tracer {
     ebpf: Ebpf,
     /// Binaries whose CPython finalization entry points are probed.
-    finalize_attached: HashSet<PathBuf>,
+    finalize_attached: HashSet<FileIdentity>,
     /// Allocator mode: symbol offsets per binary.
     alloc_symbols: SymbolOffsets,
     /// Allocator mode: the probes attached for each process.
@@ -406,43 +408,6 @@ impl Tracer {
                 .map_err(|source| program_error(program, "attach", source))?;
         }
         Ok(())
-    }
-
-    /// Attaches the finalization uprobes to `binary` (a CPython executable
-    /// or libpython), once per binary, for every process that maps it (the
-    /// programs ignore untraced ones): on [`PYTHON_TEARDOWN_SYMBOL`] and, to
-    /// mark finalization entered, on [`PYTHON_FINALIZE_SYMBOLS`]; without the
-    /// former, on [`PYTHON_FINALIZE_SYMBOLS`] alone, to begin the exit there.
-    /// `Ok(false)` when the binary has none of these symbols.
-    ///
-    /// # Errors
-    /// [`BpfError::Program`] when attaching fails for another reason.
-    pub fn attach_python_finalize(&mut self, binary: &Path) -> Result<bool, BpfError> {
-        if self.finalize_attached.contains(binary) {
-            return Ok(true);
-        }
-        let teardown = attach_uprobe(
-            &mut self.ebpf,
-            PYTHON_TEARDOWN_PROGRAM,
-            &[PYTHON_TEARDOWN_SYMBOL],
-            binary,
-        )?;
-        let entry_program = if teardown {
-            PYTHON_FINALIZE_ENTERED_PROGRAM
-        } else {
-            PYTHON_FINALIZE_PROGRAM
-        };
-        let entered = attach_uprobe(
-            &mut self.ebpf,
-            entry_program,
-            &PYTHON_FINALIZE_SYMBOLS,
-            binary,
-        )?;
-        let attached = teardown || entered;
-        if attached {
-            self.finalize_attached.insert(binary.to_owned());
-        }
-        Ok(attached)
     }
 
     /// Sizes of the loaded programs as the kernel reports them.

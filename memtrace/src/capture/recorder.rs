@@ -395,6 +395,11 @@ impl<W: Write> Recorder<W> {
         self.aggregator.report_now(now_ns, meta)
     }
 
+    /// See [`Aggregator::drop_path_timelines`].
+    pub fn drop_path_timelines(&mut self) {
+        self.aggregator.drop_path_timelines();
+    }
+
     /// Forgets the images that ended (see [`Aggregator::compact_ended`]),
     /// in the aggregator and the held-page map; returns how many. Only for
     /// a session without a capture file (a capture refers to every image).

@@ -332,7 +332,9 @@ impl Walk {
         let size = raw & !7;
         let ok = size >= MIN_CHUNK_BYTES
             && size % 16 == 0
-            && addr + size <= self.heap.end
+            && addr
+                .checked_add(size)
+                .is_some_and(|end| end <= self.heap.end)
             && raw & IS_MMAPPED == 0
             && !(self.main && raw & NON_MAIN_ARENA != 0);
         ok.then_some(size)

@@ -82,6 +82,20 @@ pub struct Place {
     pub share: f64,
     /// The stacks summed into it.
     pub stacks: Vec<StackId>,
+    /// Samples behind `bytes` (each stands for about `--sample-bytes`
+    /// bytes): with `n` of them a figure is off by about `1/sqrt(n)` (one
+    /// standard error of the Poisson count), [`Place::uncertainty`].
+    #[serde(default)]
+    pub samples: u64,
+}
+
+impl Place {
+    /// One standard error of `bytes` as a fraction of it, `1/sqrt(samples)`
+    /// (byte sampling draws a Poisson count of samples per path); 1 with no
+    /// sample.
+    pub fn uncertainty(&self) -> f64 {
+        1.0 / (self.samples.max(1) as f64).sqrt()
+    }
 }
 
 /// Groups `findings` (most important first) into causes, most important
@@ -340,6 +354,7 @@ fn places(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Place> {
         {
             Some(known) => {
                 known.bytes += bytes;
+                known.samples += path.bytes.samples;
                 known.import_time |= place.import_time;
                 if known.native_library.is_none() {
                     known.native_library = place.native_library;
@@ -350,6 +365,7 @@ fn places(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Place> {
             }
             None => places.push(Place {
                 bytes,
+                samples: path.bytes.samples,
                 stacks: vec![path.stack],
                 ..place
             }),
@@ -444,6 +460,7 @@ pub(crate) fn place_of(frames: &[Frame]) -> Place {
         bytes: 0,
         share: 0.0,
         stacks: Vec::new(),
+        samples: 0,
     }
 }
 

@@ -65,7 +65,8 @@ impl Draft {
             self.weak_if(Some("no sampled code path explains it".to_owned()));
         } else if samples < MIN_PATH_SAMPLES {
             self.weak_if(Some(format!(
-                "only {samples} samples stand behind the named paths (< {MIN_PATH_SAMPLES})"
+                "only {samples} samples stand behind the named paths (< {MIN_PATH_SAMPLES}): \
+                 record longer, or with a smaller --sample-bytes"
             )));
         }
     }
@@ -106,7 +107,7 @@ pub(super) struct PathEvidence {
 pub(super) fn trace_too_short(report: &Report) -> Option<String> {
     (report.meta.duration_ns < MIN_TRACE_NS).then(|| {
         format!(
-            "the trace lasted {} (< {})",
+            "the trace lasted {} (< {}): record longer",
             seconds(report.meta.duration_ns),
             seconds(MIN_TRACE_NS)
         )
@@ -117,7 +118,7 @@ pub(super) fn trace_too_short(report: &Report) -> Option<String> {
 pub(super) fn growth_too_small(what: &str, growth_bytes: u64) -> Option<String> {
     (growth_bytes < STRONG_GROWTH_BYTES).then(|| {
         format!(
-            "{what} is {} (< {})",
+            "{what} is {} (< {}): record longer, while it grows",
             format_bytes(growth_bytes),
             format_bytes(STRONG_GROWTH_BYTES)
         )
@@ -129,7 +130,7 @@ pub(super) fn too_few_readings(p: &ProcessReport) -> Option<String> {
     let readings = p.timeline.len();
     (readings < MIN_TIMELINE_POINTS).then(|| {
         format!(
-            "{} has only {readings} RSS readings (< {MIN_TIMELINE_POINTS})",
+            "{} has only {readings} RSS readings (< {MIN_TIMELINE_POINTS}): record longer",
             p.name()
         )
     })

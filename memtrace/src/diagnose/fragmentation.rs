@@ -2,20 +2,29 @@
 //! allocator holds the memory it freed (the allocations section's
 //! [`Fragmentation`] note) gets a [`Pattern::AllocatorFragmentation`]
 //! finding in place of its retention finding: the default mode sees the
-//! pages stay, not whether the program or the allocator keeps them.
+//! pages stay, not whether the program or the allocator keeps them. Not
+//! when the allocators' own bookkeeping, read by the census at the image's
+//! end, says live objects hold most of its anonymous RSS: then the hooks
+//! missed allocations that are still live (a native library's cache), and
+//! calling them heap holes would send the reader to `malloc_trim`.
 
 use super::{Finding, Pattern, Scope, Strength};
 use crate::aggregate::{ProcessReport, Report};
-use crate::allocations::{AllocationsReport, Fragmentation, ProcessAllocations};
+use crate::allocations::{
+    AllocationsReport, Fragmentation, ProcessAllocations, FRAGMENTATION_LIVE_FRACTION,
+};
+use crate::census::CensusReport;
 use crate::units::format_bytes;
 
 /// Adds a finding per process of `allocations` with a fragmentation note to
 /// `findings`: it replaces a retention finding about an image of that
 /// process (and takes its scope and code paths), or else comes first,
-/// about its last image.
+/// about its last image; none when the `census` of that image says live
+/// objects hold the memory ([`census_says_live`]).
 pub(super) fn add_findings(
     report: &Report,
     allocations: &AllocationsReport,
+    census: &CensusReport,
     findings: &mut Vec<Finding>,
 ) {
     for process in &allocations.processes {
@@ -32,10 +41,26 @@ pub(super) fn add_findings(
         else {
             continue;
         };
+        if census_says_live(census, row) {
+            continue;
+        }
         let paths = retention.map(|i| findings.remove(i).paths);
         let finding = finding(row, note, Scope::of(row), paths.unwrap_or_default());
         findings.insert(retention.unwrap_or(0), finding);
     }
+}
+
+/// Whether the last census of `row` says live objects (pymalloc's live
+/// blocks, glibc's chunks in use) hold at least
+/// [`FRAGMENTATION_LIVE_FRACTION`] of its anonymous RSS.
+fn census_says_live(census: &CensusReport, row: &ProcessReport) -> bool {
+    census
+        .image(row.id)
+        .and_then(|image| image.latest.as_ref())
+        .is_some_and(|reading| {
+            reading.census.live_bytes() as f64
+                >= FRAGMENTATION_LIVE_FRACTION * reading.rss_anon_bytes as f64
+        })
 }
 
 /// The image `scope` is about, when it is an image of the process
@@ -177,5 +202,52 @@ mod tests {
         // Without a note, the diagnosis is the default mode's.
         let kept = diagnose_with_allocations(report, Some(allocations(tgid, start, false)));
         assert_eq!(kept.diagnosis, plain.diagnosis);
+    }
+
+    #[test]
+    fn memory_the_census_finds_live_is_not_called_heap_holes() {
+        let (report, retention) = report_with_retention();
+        let Scope::Process { process, tgid } = retention.scope else {
+            panic!("retention about the tree");
+        };
+        let start = report.process(process).unwrap().start_time_ns;
+        // glibc's own chunk headers: 180 MiB in use of 200 MiB anonymous
+        // RSS (a native library's page cache the hooks did not see).
+        let mut image = crate::census::ImageCensus::new(process, tgid);
+        let glibc = crate::census::glibc::GlibcCensus {
+            arenas: vec![crate::census::glibc::ArenaCensus {
+                main: true,
+                in_use_bytes: 180 * MIB,
+                ..Default::default()
+            }],
+            mmapped_bytes: 0,
+        };
+        let census = crate::census::Census {
+            glibc: Some(glibc),
+            ..Default::default()
+        };
+        image.add(census, 200 * MIB);
+        let census = CensusReport {
+            images: vec![image],
+        };
+        let diagnosed = crate::diagnose::diagnose_with_census(
+            report,
+            Some(allocations(tgid, start, true)),
+            census,
+        );
+        let finding = diagnosed
+            .diagnosis
+            .iter()
+            .find(|f| f.scope == retention.scope)
+            .unwrap();
+        assert_eq!(finding.pattern, Pattern::Retention, "{finding:#?}");
+        assert!(
+            diagnosed
+                .diagnosis
+                .iter()
+                .all(|f| f.pattern != Pattern::AllocatorFragmentation),
+            "{:#?}",
+            diagnosed.diagnosis
+        );
     }
 }

@@ -144,11 +144,13 @@ impl Memory {
     }
 }
 
-/// `exact resident anonymous growth X, released Y` from `p`'s counters.
+/// `anonymous pages touched X, released Y (exact, gross: re-touches
+/// counted each time)` from `p`'s counters.
 pub(super) fn anon_counters_line(p: &ProcessReport) -> Option<String> {
     p.counters.map(|c| {
         format!(
-            "exact resident anonymous growth {}, released {}",
+            "anonymous pages touched {}, released {} (exact, gross: re-touches counted each \
+             time)",
             format_bytes(c.anon_growth_bytes),
             format_bytes(c.anon_release_bytes)
         )

@@ -226,7 +226,7 @@ pub fn diagnose_with_census(
 ) -> Diagnosed {
     let mut diagnosis = findings(&report);
     if let Some(allocations) = &allocations {
-        fragmentation::add_findings(&report, allocations, &mut diagnosis);
+        fragmentation::add_findings(&report, allocations, &census, &mut diagnosis);
     }
     census::apply(&report, &census, &mut diagnosis);
     let causes = causes::causes(&report, &diagnosis);

@@ -44,28 +44,30 @@ fn peak_index(readings: &[Reading]) -> usize {
 }
 
 /// Pattern 4: memory rose by at least [`MIN_GROWTH_BYTES`] within at most
-/// [`SPIKE_MAX_RISE_FRACTION`] of the image's traced time, then fell back by
-/// at least [`SPIKE_RELEASE_FRACTION`] of the rise before the image ended.
-/// The peak is the image's high-water mark (the table's PEAK).
+/// [`SPIKE_MAX_RISE_FRACTION`] of the image's active life, then fell back by
+/// at least [`SPIKE_RELEASE_FRACTION`] of its rise from its lowest before
+/// the peak, before the image ended.
+/// The peak is the image's high-water mark (the table's PEAK). The climb
+/// is timed and measured from its foot ([`rise_start`]), so that of a series of alike payloads (a parser fed
+/// several in a row, the allocator keeping some memory between them) the
+/// spike is the same whichever of them peaked highest.
 fn spike(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draft> {
     let readings = &memory.readings;
     let peak_at = peak_index(readings);
     let peak = readings[peak_at];
     let peak_bytes = memory.peak_bytes.max(peak.bytes);
-    let base = readings[..=peak_at].iter().map(|r| r.bytes).min()?;
-    let rise = peak_bytes - base;
     let low_after = readings[peak_at..].iter().map(|r| r.bytes).min()?;
     let released = peak_bytes - low_after;
-    // The rise starts at the last reading before the peak near the baseline.
-    let near_base = base + rise / 10;
-    let rise_start_ns = readings[..=peak_at]
-        .iter()
-        .rev()
-        .find(|r| r.bytes <= near_base)
-        .map_or(peak.t_ns, |r| r.t_ns);
-    let rise_ns = peak.t_ns - rise_start_ns;
+    let foot = rise_start(&readings[..=peak_at], low_after + released / 4)?;
+    let base = foot.bytes;
+    let rise = peak_bytes.saturating_sub(base);
+    let rise_ns = peak.t_ns - foot.t_ns;
+    // Released: most of the way back to where memory stood before it
+    // (a release of a payload on top of memory kept is a step, not a spike).
+    let lowest_before = readings[..=peak_at].iter().map(|r| r.bytes).min()?;
+    let whole_rise = peak_bytes.saturating_sub(lowest_before);
     if rise < MIN_GROWTH_BYTES
-        || (released as f64) < SPIKE_RELEASE_FRACTION * rise as f64
+        || (released as f64) < SPIKE_RELEASE_FRACTION * whole_rise as f64
         || rise_ns as f64 > SPIKE_MAX_RISE_FRACTION * memory.life_ns as f64
     {
         return None;
@@ -114,6 +116,22 @@ fn spike(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draft> {
             .to_owned(),
     };
     Some(draft)
+}
+
+/// Where the climb to the last of `up_to_peak` began: from the last
+/// reading at or below `quarter` (a quarter of the way up from where memory
+/// fell after the peak, whatever the allocator kept between alike payloads),
+/// back down to the foot of that climb (the last reading before memory
+/// stopped falling on the way back); the lowest reading when none is that
+/// low.
+fn rise_start(up_to_peak: &[Reading], quarter: u64) -> Option<Reading> {
+    let Some(mut foot) = up_to_peak.iter().rposition(|r| r.bytes <= quarter) else {
+        return up_to_peak.iter().min_by_key(|r| r.bytes).copied();
+    };
+    while foot > 0 && up_to_peak[foot - 1].bytes < up_to_peak[foot].bytes {
+        foot -= 1;
+    }
+    Some(up_to_peak[foot])
 }
 
 /// Why the spike is not clearly tied to `top`, if it is not: it held less
@@ -297,11 +315,11 @@ fn retention(report: &Report, p: &ProcessReport, memory: &Memory) -> Option<Draf
     draft.name_paths(&paths::describe_groups(report, p, &named));
     draft.weak_if(growth_too_small("the retained growth", retained));
     draft.weak_if(too_few_readings(p));
-    // Memory held until the program's own shutdown released it, by a path
-    // whose held bytes kept rising all along, is told apart from load: load
-    // would not have stayed until the shutdown hook.
-    let held_to_shutdown = teardown.is_some() && !steady.is_empty();
-    draft.weak_if((kind == Retained::NeverIdle && !held_to_shutdown).then(|| {
+    // Held bytes that kept rising tell retention from load without an idle
+    // period (load's memory is given back; memory held until the program's
+    // own shutdown released it is the same case): only without them does a
+    // window that never idled leave it open, whatever the window caught.
+    draft.weak_if((kind == Retained::NeverIdle && steady.is_empty()).then(|| {
         "activity never dropped, so load and retention cannot be told apart: record through \
          an idle period"
             .to_owned()

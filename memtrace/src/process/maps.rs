@@ -1,9 +1,12 @@
 //! Step 3 of the data flow: which file or shared-memory mapping an address
 //! of a traced process belongs to (`/proc/PID/maps`, via procfs), for growth
 //! of file-backed and shared memory. Each process's maps are cached and
-//! read again when an address is not in them.
+//! read again when an address is not in them. [`reachable_path`] names a
+//! file a process mapped so that memtrace itself can open it (another mount
+//! namespace, or deleted and replaced on disk).
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use procfs::process::{MMapPath, Process};
 
@@ -62,6 +65,43 @@ fn read_maps(tgid: u32) -> Option<Vec<Mapping>> {
         .collect();
     mappings.sort_by_key(|m| m.start);
     Some(mappings)
+}
+
+/// A path by which memtrace reaches the very file process `tgid` mapped as
+/// `path` (a name in the process's mount namespace; `... (deleted)` once it
+/// was removed): `path` itself when it names the same file here (same
+/// device and inode, so probes attached by it are shared by every process
+/// mapping it), else `/proc/PID/map_files/START-END` of one of its mappings
+/// (the mapped inode itself, even deleted or in another mount namespace;
+/// needs CAP_SYS_ADMIN), else `/proc/PID/root/PATH`; `None` when none
+/// opens.
+pub fn reachable_path(tgid: u32, path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    let identity = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let maps = Process::new(super::proc::reader_pid(tgid).ok()? as i32)
+        .ok()?
+        .maps()
+        .ok()?;
+    let via_map_files = maps
+        .iter()
+        .find(|m| matches!(&m.pathname, MMapPath::Path(p) if p == path))
+        .map(|m| {
+            PathBuf::from(format!(
+                "/proc/{tgid}/map_files/{:x}-{:x}",
+                m.address.0, m.address.1
+            ))
+        })
+        .filter(|p| identity(p).is_some());
+    match via_map_files {
+        Some(mapped) if identity(&mapped) == identity(path) => Some(path.to_owned()),
+        Some(mapped) => Some(mapped),
+        None if identity(path).is_some() => Some(path.to_owned()),
+        None => {
+            let via_root = Path::new(&format!("/proc/{tgid}/root"))
+                .join(path.strip_prefix("/").unwrap_or(path));
+            identity(&via_root).map(|_| via_root)
+        }
+    }
 }
 
 /// How /proc/PID/maps names a mapping.

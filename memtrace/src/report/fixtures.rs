@@ -189,6 +189,11 @@ pub(crate) fn lifecycle_report() -> Report {
             attached_unix_ns: 1_767_323_045_600_000_000,
             command_held: false,
             command_status: None,
+            origin: crate::aggregate::Origin {
+                host: "build-7".to_owned(),
+                date_utc: "2026-01-02T03:04:05Z".to_owned(),
+                memtrace_version: "0.1.0".to_owned(),
+            },
         },
     )
 }

@@ -6,7 +6,9 @@
 
 use std::io::{self, Write};
 
-use inferno::flamegraph::{self, color::BasicPalette, Direction, Options, Palette};
+use inferno::flamegraph::{
+    self, color::BasicPalette, Direction, Options, Palette, TextTruncateDirection,
+};
 
 use super::{folded, text, verdict, RenderOptions};
 use crate::aggregate::{ProcessId, Report};
@@ -133,6 +135,9 @@ pub(crate) fn draw_lines(
         Direction::Straight
     };
     inferno.image_width = drawing.image_width;
+    // A label too long for its frame keeps its start (the function name)
+    // and loses its end (the file and line).
+    inferno.text_truncate_direction = TextTruncateDirection::Right;
     flamegraph::from_lines(&mut inferno, lines.iter().map(String::as_str), out)
 }
 
@@ -204,7 +209,7 @@ fn empty(title: &str, weight_described: &str, out: &mut dyn Write) -> io::Result
     writeln!(
         out,
         "<text x=\"{middle}\" y=\"24\" text-anchor=\"middle\" font-size=\"17\">{}</text>",
-        super::html::escape(title)
+        super::markup::escape(title)
     )?;
     writeln!(
         out,
@@ -258,7 +263,7 @@ mod tests {
 
     /// `text` as inferno escapes it in the SVG.
     fn html_escaped(text: &str) -> String {
-        super::super::html::escape(text).replace("&#39;", "'")
+        crate::report::markup::escape(text).replace("&#39;", "'")
     }
 
     #[test]
@@ -353,6 +358,11 @@ mod tests {
         let standalone = svg(&report, &RenderOptions::default(), None);
         assert!(
             standalone.contains("var fluiddrawing = true"),
+            "{standalone}"
+        );
+        // Labels are cut from the right: function names stay.
+        assert!(
+            standalone.contains("var truncate_text_right = true"),
             "{standalone}"
         );
     }

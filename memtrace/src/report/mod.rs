@@ -21,6 +21,7 @@ pub mod folded;
 pub(crate) mod golden;
 pub mod html;
 pub mod json;
+mod markup;
 pub mod pprof;
 pub mod speedscope;
 pub mod table;

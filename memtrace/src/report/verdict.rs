@@ -30,6 +30,11 @@ const MAX_TGIDS_NAMED: usize = 6;
 /// Most characters of a command in a cause's heading.
 const MAX_COMMAND_CHARS: usize = 40;
 
+/// A place's sampling error is said from this fraction of its bytes on
+/// (one standard error, `1/sqrt(samples)`: under 44 samples, about 22 MiB
+/// at the default 512 KiB mean). 0.15.
+const SAY_UNCERTAINTY_FROM: f64 = 0.15;
+
 /// Traced time from which growth rates are given per minute, not per
 /// second. 2 min.
 const PER_MINUTE_FROM_NS: u64 = 120_000_000_000;
@@ -70,6 +75,9 @@ pub(crate) struct CauseText {
     pub places: Vec<String>,
     /// What to do next.
     pub next: String,
+    /// Why its evidence is weak and what would settle it (its first
+    /// finding's `weak evidence:` line), for a weak cause.
+    pub weak_because: Option<String>,
 }
 
 /// The verdict's lines, heading first, without line ends: each strong cause
@@ -95,7 +103,8 @@ pub(crate) fn lines(report: &Diagnosed) -> Vec<String> {
         }
         lines.push(format!("  also seen, weak evidence: {}", briefs.join("; ")));
     }
-    // At most 1 + 3 causes x (heading, what, how much, 2 places, next) + 2.
+    // At most 1 + 3 causes x (heading, what, how much, 2 places, next,
+    // weak) + 2.
     debug_assert!(lines.len() <= MAX_VERDICT_LINES, "{lines:#?}");
     lines
 }
@@ -176,7 +185,29 @@ fn cause_text(report: &Diagnosed, number: usize, cause: &Cause) -> CauseText {
             .map(|place| place_text(cause, place))
             .collect(),
         next: cause.next_step.clone(),
+        weak_because: weak_because(report, cause),
     }
+}
+
+/// The first reason a weak cause's first finding gives (its last evidence
+/// line is `weak evidence: A; B; ...`; each reason says what would settle
+/// it), and how many more there are.
+fn weak_because(report: &Diagnosed, cause: &Cause) -> Option<String> {
+    if cause.strength != Strength::Weak {
+        return None;
+    }
+    let first = &report.diagnosis[*cause.findings.first()?];
+    let reasons = first
+        .evidence
+        .iter()
+        .rev()
+        .find_map(|line| line.strip_prefix("weak evidence: "))?;
+    let mut reasons = reasons.split("; ");
+    let first = reasons.next()?;
+    Some(match reasons.count() {
+        0 => first.to_owned(),
+        more => format!("{first} (and {more} more reason(s): --verbose)"),
+    })
 }
 
 /// A cause's terminal lines: a numbered heading and its `what`, `how
@@ -197,6 +228,9 @@ fn cause_lines(cause: &CauseText) -> Vec<String> {
         lines.push(format!("     {label} {place}"));
     }
     lines.push(format!("     next:     {}", cause.next));
+    if let Some(reason) = &cause.weak_because {
+        lines.push(format!("     weak:     {reason}"));
+    }
     lines
 }
 
@@ -454,11 +488,20 @@ fn place_text(cause: &Cause, place: &Place) -> String {
         line.push_str(&format!(", native memory ({})", library_name(library)));
     }
     let measure = measure_name(cause);
-    format!(
-        "{line}: {} {measure} ({:.0}% of the sampled)",
+    let mut text = format!(
+        "{line}: {} {measure} ({:.0}% of the sampled",
         format_bytes(place.bytes),
         100.0 * place.share
-    )
+    );
+    if place.uncertainty() > SAY_UNCERTAINTY_FROM {
+        text.push_str(&format!(
+            "; ±{:.0}% from {} samples",
+            100.0 * place.uncertainty(),
+            place.samples
+        ));
+    }
+    text.push(')');
+    text
 }
 
 #[cfg(test)]

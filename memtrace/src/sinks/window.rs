@@ -135,4 +135,11 @@ pub trait Sink {
     fn windows_dropped(&self) -> u64 {
         0
     }
+
+    /// Sends that failed so far on the sink's own thread (each failed
+    /// attempt of a queued sink); 0 for a sink that sends on the window
+    /// thread, whose failures `send` returns.
+    fn send_errors(&self) -> u64 {
+        0
+    }
 }

@@ -71,6 +71,53 @@ pub struct RunMeta {
     /// not be told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_status: Option<ExitStatus>,
+    /// Where, when and by which memtrace the run was recorded (empty in
+    /// captures of older versions and in ones cut off before their end).
+    #[serde(default)]
+    pub origin: Origin,
+}
+
+/// Where, when and by which memtrace a run was recorded: what every report
+/// file says of its origin.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The traced machine's host name (`/proc/sys/kernel/hostname`).
+    pub host: String,
+    /// When tracing began, RFC 3339 in UTC (`2026-12-03T06:54:02Z`).
+    pub date_utc: String,
+    /// memtrace's version (`CARGO_PKG_VERSION`).
+    pub memtrace_version: String,
+}
+
+impl Origin {
+    /// This machine, `unix_ns` (Unix time in nanoseconds) and this memtrace.
+    #[must_use]
+    pub fn here(unix_ns: u64) -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let time = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(unix_ns);
+        Self {
+            host: host.trim().to_owned(),
+            date_utc: humantime::format_rfc3339_seconds(time).to_string(),
+            memtrace_version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+
+    /// `recorded on HOST at DATE by memtrace VERSION`, the parts known.
+    #[must_use]
+    pub fn describe(&self) -> Option<String> {
+        if self.memtrace_version.is_empty() {
+            return None;
+        }
+        let mut text = "recorded".to_owned();
+        if !self.host.is_empty() {
+            text.push_str(&format!(" on {}", self.host));
+        }
+        if !self.date_utc.is_empty() {
+            text.push_str(&format!(" at {}", self.date_utc));
+        }
+        text.push_str(&format!(" by memtrace {}", self.memtrace_version));
+        Some(text)
+    }
 }
 
 /// Run-wide totals. Sums over processes count each image once; tree

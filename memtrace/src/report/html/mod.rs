@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+use super::markup::escape;
 use super::text::seconds;
 use super::{flamegraph, text, RenderOptions};
 use crate::aggregate::{ProcessId, ProcessReport, Report, RunMeta};
@@ -114,12 +115,15 @@ pub fn render(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) 
     )
 }
 
-/// How tracing began (what attaching hid) and how the command ended, one
-/// paragraph each under the header, as the terminal's header says them.
+/// Where, when and by which memtrace the run was recorded, how tracing
+/// began (what attaching hid) and how the command ended, one paragraph each
+/// under the header, as the terminal's header says them.
 fn run_lines(meta: &RunMeta) -> String {
     let status = meta.command_status.map(text::command_ended);
-    text::attach_line(meta)
+    meta.origin
+        .describe()
         .into_iter()
+        .chain(text::attach_line(meta))
         .chain(status)
         .map(|line| format!("<p class=\"run\">memtrace: {}</p>\n", escape(&line)))
         .collect()
@@ -135,23 +139,6 @@ fn first_screen(report: &Diagnosed, options: &RenderOptions) -> String {
         chart::overview(report),
         paths::top_paths(report, options, end_ns)
     )
-}
-
-/// `text` with `& < > " '` replaced by character references, safe in
-/// element content and quoted attribute values.
-pub(crate) fn escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => escaped.push_str("&amp;"),
-            '<' => escaped.push_str("&lt;"),
-            '>' => escaped.push_str("&gt;"),
-            '"' => escaped.push_str("&quot;"),
-            '\'' => escaped.push_str("&#39;"),
-            other => escaped.push(other),
-        }
-    }
-    escaped
 }
 
 /// A `<ul>` of `class` with one escaped item per entry; nothing when empty.
@@ -268,8 +255,8 @@ fn process_tree(report: &Report) -> String {
     }
     let _ = writeln!(
         html,
-        "; exact resident anonymous growth {}, file-backed growth {}, copy-on-write {}.</p>\n\
-         </section>",
+        "; pages touched, counting re-touches (exact, gross): anonymous {}, file-backed {}; \
+         copy-on-write copies of pages still shared {}.</p>\n</section>",
         format_bytes(t.anon_growth_bytes),
         format_bytes(t.file_growth_bytes),
         format_bytes(t.cow_fault_bytes),

@@ -39,14 +39,6 @@ fn tree_row<'a>(html: &'a str, name: &str) -> &'a str {
     &rest[..rest.find("</tr>").unwrap()]
 }
 
-#[test]
-fn escape_covers_markup_and_quotes() {
-    assert_eq!(
-        escape(r#"<a href="x">'&'</a>"#),
-        "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
-    );
-}
-
 /// The part of `html` from the element with id `id` to the next `</section>`.
 fn section<'a>(html: &'a str, id: &str) -> &'a str {
     let start = html
@@ -539,7 +531,7 @@ fn the_flame_graph_keeps_its_script_and_leaves_find_to_the_browser() {
 }
 
 #[test]
-fn the_header_says_what_attaching_hid_and_how_the_command_ended() {
+fn the_header_says_where_and_when_what_attaching_hid_and_how_the_command_ended() {
     let mut report = lifecycle_diagnosed();
     report.report.meta.command_status = Some(ExitStatus::Signal {
         signal: 9,
@@ -554,6 +546,9 @@ fn the_header_says_what_attaching_hid_and_how_the_command_ended() {
     assert_eq!(
         run_lines,
         [
+            "<p class=\"run\">memtrace: recorded on build-7 at 2026-01-02T03:04:05Z by \
+             memtrace 0.1.0</p>"
+                .to_owned(),
             format!(
                 "<p class=\"run\">memtrace: {}</p>",
                 escape(&text::attach_line(&report.report.meta).unwrap())

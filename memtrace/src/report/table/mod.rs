@@ -10,18 +10,24 @@
 //! copy-on-write paths, each with its frames, data-quality lines, warnings
 //! and the files written, just above the verdict.
 
+mod frames;
+
 use std::io::{self, Write};
+
+use frames::compact_frame_lines;
+pub(crate) use frames::frame_lines;
 
 use super::{text, verdict, FilesWritten, RenderOptions};
 use crate::aggregate::{
-    Frame, PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, SampledBytes,
-    Weight,
+    PathReport, ProcessId, ProcessKind, ProcessReport, PythonPath, Report, SampledBytes, Weight,
 };
 use crate::diagnose::{Diagnosed, Finding};
 use crate::units::{format_bytes, format_signed_bytes};
 
-/// Most Python frames printed per path (innermost ones); the rest are counted.
-const MAX_FRAMES_SHOWN: usize = 12;
+/// Most merged paths the terminal lists without `--verbose` (each with its
+/// frames folded: [`compact_frame_lines`]), so the report above the verdict
+/// stays about one screen.
+const COMPACT_TOP_PATHS: usize = 5;
 
 /// Most (process, stack) paths in the per-process growth list; the merged
 /// list above it is the one `top` sizes.
@@ -94,12 +100,21 @@ fn details(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) -> 
     header(report, out)?;
     processes(report, out)?;
     totals(report, out)?;
-    growth_stacks(report, weight, top, out)?;
-    growth_paths(report, weight, top.min(MAX_PER_PROCESS_PATHS), out)?;
-    cow_paths(report, top, out)?;
+    if options.verbose {
+        growth_stacks(report, weight, top, false, out)?;
+        growth_paths(report, weight, top.min(MAX_PER_PROCESS_PATHS), out)?;
+        cow_paths(report, top, out)?;
+    } else {
+        growth_stacks(report, weight, top.min(COMPACT_TOP_PATHS), true, out)?;
+    }
     records(report, out)?;
     for warning in &report.warnings {
         writeln!(out, "warning: {warning}")?;
+    }
+    // Allocator mode's section comes before the files and the verdict, so
+    // the verdict stays last on the screen.
+    if let Some(allocations) = &report.allocations {
+        super::allocations::render_text(allocations, &report.report.processes, top, out)?;
     }
     Ok(())
 }
@@ -304,7 +319,8 @@ fn totals(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
     writeln!(
         out,
-        "Exact counters: resident anonymous growth {}, file-backed growth {}, copy-on-write {}",
+        "Pages touched, counting re-touches (exact, gross): anonymous {}, file-backed {}; \
+         copy-on-write copies of pages still shared {}",
         format_bytes(t.anon_growth_bytes),
         format_bytes(t.file_growth_bytes),
         format_bytes(t.cow_fault_bytes),
@@ -359,10 +375,13 @@ fn measures(peak_held_bytes: u64, bytes: &SampledBytes, share: &str) -> String {
     )
 }
 
+/// The merged paths, `top` of them; `compact`: their frames folded, and a
+/// line saying how to see the rest.
 fn growth_stacks(
     report: &Report,
     weight: Weight,
     top: usize,
+    compact: bool,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     let paths = report.top_python_paths(weight, top);
@@ -381,9 +400,17 @@ fn growth_stacks(
         out,
         |rank, path, out| {
             let share = text::percent(path.weight_bytes(weight), all);
-            python_path_entry(report, rank, path, weight, &share, out)
+            python_path_entry(report, rank, path, weight, &share, compact, out)
         },
-    )
+    )?;
+    if compact && paths.len() == top && report.top_python_paths(weight, top + 1).len() > top {
+        writeln!(
+            out,
+            "  … more paths, every frame, per process and copy-on-write: --verbose (or the \
+             JSON, or memtrace report CAPTURE --format html)"
+        )?;
+    }
+    Ok(())
 }
 
 /// One ranked Python path: its measures and `share`, the images it grew
@@ -394,6 +421,7 @@ fn python_path_entry(
     path: &PythonPath<'_>,
     weight: Weight,
     share: &str,
+    compact: bool,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     writeln!(
@@ -407,7 +435,11 @@ fn python_path_entry(
         ),
         text::process_list(report, &path.processes, MAX_TGIDS_SHOWN),
     )?;
-    frame_lines(&path.frames, out)?;
+    if compact {
+        compact_frame_lines(&path.frames, out)?;
+    } else {
+        frame_lines(&path.frames, out)?;
+    }
     let natives = path.natives(report, weight);
     let total = path.weight_bytes(weight);
     let named: Vec<&(String, u64)> = natives.iter().filter(|(name, _)| name != "-").collect();
@@ -500,38 +532,6 @@ fn path_entry(
         process_ref(report, path.process),
     )?;
     frame_lines(report.frames(path.stack), out)
-}
-
-/// Frames innermost first: the Python (and marker) frames, at most
-/// [`MAX_FRAMES_SHOWN`], then the trailing native frames, every native frame
-/// `native: `-prefixed ([`text::frame_text`]); each line indented eight
-/// spaces (the layout `memtrace diff`'s table shares).
-///
-/// # Errors
-/// Any error of `out`.
-pub(crate) fn frame_lines(frames: &[Frame], out: &mut dyn Write) -> io::Result<()> {
-    let native_start = frames
-        .iter()
-        .rposition(|f| !matches!(f, Frame::Native { .. }))
-        .map_or(0, |last| last + 1);
-    let (python, native) = frames.split_at(native_start);
-    for frame in python.iter().rev().take(MAX_FRAMES_SHOWN) {
-        writeln!(out, "        {}", text::frame_text(frame))?;
-    }
-    if python.len() > MAX_FRAMES_SHOWN {
-        writeln!(
-            out,
-            "        … {} more outer frames",
-            python.len() - MAX_FRAMES_SHOWN
-        )?;
-    }
-    for frame in native.iter().rev() {
-        writeln!(out, "        native: {frame}")?;
-    }
-    if frames.is_empty() {
-        writeln!(out, "        (empty stack)")?;
-    }
-    Ok(())
 }
 
 fn records(report: &Report, out: &mut dyn Write) -> io::Result<()> {

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 
 use memtrace_common::MemoryEvent;
 
+use super::frames::MAX_FRAMES_SHOWN;
 use super::*;
 use crate::aggregate::test_support::{native, py, rss, sample, start, MIB};
+use crate::aggregate::Frame;
 use crate::aggregate::{Aggregator, ExitStatus, ProcessStart, PythonStatus, Role, RunMeta};
 use crate::diagnose::diagnose;
 use crate::report::fixtures::lifecycle_diagnosed;
@@ -27,19 +29,33 @@ fn written() -> FilesWritten {
     }
 }
 
+/// The terminal report with `--verbose` (every section, every frame): the
+/// details these tests check.
 fn render_with(report: &Diagnosed, top: usize, weight: Weight) -> String {
-    let options = RenderOptions {
-        top,
-        weight,
-        ..RenderOptions::default()
-    };
+    render_options(
+        report,
+        &RenderOptions {
+            top,
+            weight,
+            verbose: true,
+            ..RenderOptions::default()
+        },
+    )
+}
+
+fn render_options(report: &Diagnosed, options: &RenderOptions) -> String {
     let mut out = Vec::new();
-    render(report, &options, &written(), &mut out).unwrap();
+    render(report, options, &written(), &mut out).unwrap();
     String::from_utf8(out).unwrap()
 }
 
 fn render_text(report: &Diagnosed, top: usize) -> String {
     render_with(report, top, Weight::Peak)
+}
+
+/// The default terminal report (no `--verbose`).
+fn render_compact(report: &Diagnosed) -> String {
+    render_options(report, &RenderOptions::default())
 }
 
 /// The lines of the section whose title starts with `title`, up to the
@@ -475,7 +491,9 @@ fn deep_stacks_are_cut_and_counted() {
 #[test]
 fn the_verdict_comes_last_and_fits_one_screen() {
     let report = prefork_diagnosed();
-    let text = render_text(&report, 10);
+    let text = render_compact(&report);
+    assert!(!text.contains("Top paths per process"), "{text}");
+    assert!(!text.contains("Top copy-on-write paths"), "{text}");
     assert!(!text.contains("Diagnosis\n"), "{text}");
     let verdict = &text[text.rfind("\nVerdict: ").expect("a verdict") + 1..];
     assert!(
@@ -487,7 +505,15 @@ fn the_verdict_comes_last_and_fits_one_screen() {
         verdict.contains("  1. no growth in the process tree (3 workers)\n"),
         "{verdict}"
     );
-    assert!(verdict.ends_with(&format!("next:     {}\n", report.causes[0].next_step)));
+    assert!(
+        verdict.contains(&format!("next:     {}\n", report.causes[0].next_step)),
+        "{verdict}"
+    );
+    // A weak cause says why, and what would settle it, last.
+    assert!(
+        verdict.ends_with("     weak:     no RSS readings\n"),
+        "{verdict}"
+    );
 }
 
 #[test]
