@@ -504,3 +504,34 @@ fn a_weak_verdict_says_why_in_one_line() {
         weak[0]
     );
 }
+
+#[test]
+fn bash_sources_the_completions_and_completes_subcommands_and_options() {
+    let script = memtrace().args(["completions", "bash"]).output().unwrap();
+    assert!(script.status.success(), "{}", stderr_of(&script));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memtrace.bash");
+    std::fs::write(&path, &script.stdout).unwrap();
+    // What bash offers after `memtrace rec<TAB>` and `memtrace run --fail<TAB>`.
+    let complete = |words: &str, cword: usize| {
+        let line = format!(
+            "set -e; source '{}'; COMP_WORDS=({words}); COMP_CWORD={cword}; \
+             _memtrace memtrace \"${{COMP_WORDS[$COMP_CWORD]}}\" \"${{COMP_WORDS[$COMP_CWORD-1]}}\"; \
+             echo \"${{COMPREPLY[@]}}\"",
+            path.display()
+        );
+        let output = std::process::Command::new("bash")
+            .args(["-c", &line])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "bash: {}", stderr_of(&output));
+        assert!(output.stderr.is_empty(), "bash: {}", stderr_of(&output));
+        stdout_of(&output)
+    };
+    assert_eq!(complete("memtrace rec", 1).trim(), "record");
+    let options = complete("memtrace run --fail", 2);
+    assert!(
+        options.contains("--fail-above") && options.contains("--fail-on-cause"),
+        "{options}"
+    );
+}

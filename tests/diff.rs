@@ -181,6 +181,26 @@ fn two_captures_of_a_growing_script_name_the_grown_function() {
         svg.to_str().unwrap(),
     ]);
     assert_svg_names(&svg, "fill_cache");
+
+    // Every format diff lists works: JSON by --format or by the name.
+    let json = success(&["diff", before, after, "--format", "json"]);
+    let parsed: serde_json::Value = serde_json::from_str(&json).expect("diff --format json parses");
+    assert!(
+        parsed["summary"]["paths_holding_more"].as_u64() > Some(0),
+        "{json}"
+    );
+    assert!(
+        parsed["paths"].as_array().is_some_and(|p| !p.is_empty()),
+        "{json}"
+    );
+    let named = dir.path().join("diff.json");
+    success(&["diff", before, after, "-o", named.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&named).unwrap();
+    serde_json::from_str::<serde_json::Value>(&text).expect("-o diff.json is JSON");
+    // The table: a summary line, --top.
+    let top1 = success(&["diff", before, after, "--top", "1"]);
+    assert!(top1.contains("\nsummary: "), "{top1}");
+    assert!(!top1.contains("\n  2. "), "{top1}");
 }
 
 #[test]
@@ -229,10 +249,17 @@ fn a_file_that_is_not_a_capture_is_a_clear_error() {
 }
 
 #[test]
-fn formats_other_than_table_and_flamegraph_are_refused() {
+fn diff_lists_the_formats_it_writes_and_refuses_the_others() {
+    // clap lists what --format accepts.
     let stderr = failure(&["diff", "a", "b", "--format", "folded"]);
     assert!(
-        stderr.contains("`table` or `flamegraph`, not `folded`"),
+        stderr.contains("[possible values: table, flamegraph, json]"),
+        "{stderr}"
+    );
+    // A report format named by -o's extension is refused before any work.
+    let stderr = failure(&["diff", "a", "b", "-o", "d.html"]);
+    assert!(
+        stderr.contains("writes `table`, `flamegraph` or `json`, not `html`"),
         "{stderr}"
     );
 }

@@ -273,10 +273,12 @@ fn prometheus_scrapes_the_agent_tracing_the_prefork_demo() {
     let Some(binary) = prometheus_binary() else {
         return;
     };
-    // 15 s of load, then idle: the values compared with /proc are steady.
+    // 45 s of load (attaching can take 20 s on a loaded machine: the
+    // growth must come after it), then idle: the values compared with
+    // /proc are steady.
     let demo = Command::new(&python)
         .arg(demo_script())
-        .args(["--workers", "4", "--seconds", "15", "--rps", "40"])
+        .args(["--workers", "4", "--seconds", "45", "--rps", "20"])
         .args(["--idle-seconds", "60"])
         .stdout(Stdio::null())
         .spawn()
@@ -297,7 +299,7 @@ fn prometheus_scrapes_the_agent_tracing_the_prefork_demo() {
     let prometheus = Prometheus::start(&binary, agent_port);
     // Until the load ended (the load generator's series is gone) and
     // Prometheus has the master, 4 workers and render_report.
-    let series = wait_for(Duration::from_secs(90), || {
+    let series = wait_for(Duration::from_secs(120), || {
         let rss = prometheus.query("memtrace_process_resident_bytes");
         let workers = rss
             .iter()
@@ -308,7 +310,7 @@ fn prometheus_scrapes_the_agent_tracing_the_prefork_demo() {
             .filter(|(m, _)| label(m, "role") == "master")
             .count();
         let held = prometheus.query("memtrace_path_held_bytes{function=\"render_report\"}");
-        let load_over = started.elapsed() > Duration::from_secs(20)
+        let load_over = started.elapsed() > Duration::from_secs(50)
             && !rss
                 .iter()
                 .any(|(m, _)| label(m, "service_name") == "loadgen");

@@ -212,8 +212,8 @@ fn keeps_exec_class_bodies_on_pyenv_3_12() {
 /// subinterpreter_grow.py: growth inside `run_string` code is
 /// `grow_in_sub`'s (under the sub-interpreter marker), not the caller
 /// `run_in_subinterpreter`'s; the main interpreter's growth is unmarked.
-fn check_subinterpreter(python: &Path) {
-    let trace = trace_script(python, "subinterpreter_grow.py", &[]);
+fn check_subinterpreter(python: &Path, args: &[&str]) {
+    let trace = trace_script(python, "subinterpreter_grow.py", args);
     let (mut sub, mut main, mut caller) = (0.0, 0.0, 0.0);
     for path in trace.paths() {
         let stack = path["stack"].as_u64().expect("path has a stack id");
@@ -245,25 +245,43 @@ fn check_subinterpreter(python: &Path) {
 #[test]
 fn attributes_subinterpreter_growth_on_pyenv_3_10() {
     let python = require_ebpf!(interpreter(&[pyenv("3.10.13", "python3.10")]));
-    check_subinterpreter(&python);
+    check_subinterpreter(&python, &[]);
 }
 
 #[test]
 fn attributes_subinterpreter_growth_on_pyenv_3_11() {
     let python = require_ebpf!(python_3_11());
-    check_subinterpreter(&python);
+    check_subinterpreter(&python, &[]);
 }
 
 #[test]
 fn attributes_subinterpreter_growth_on_pyenv_3_12() {
     let python = require_ebpf!(interpreter(&[pyenv("3.12.1", "python3.12")]));
-    check_subinterpreter(&python);
+    check_subinterpreter(&python, &[]);
 }
 
 #[test]
 fn attributes_subinterpreter_growth_on_pyenv_3_13() {
     let python = require_ebpf!(interpreter(&[pyenv("3.13.0", "python3.13")]));
-    check_subinterpreter(&python);
+    check_subinterpreter(&python, &[]);
+}
+
+/// A sub-interpreter in a thread of its own (3.11: `_xxsubinterpreters`,
+/// which swaps its thread state into `gilstate.tstate_current` only).
+#[test]
+fn attributes_subinterpreter_growth_in_its_own_thread_on_pyenv_3_11() {
+    let python = require_ebpf!(python_3_11());
+    check_subinterpreter(&python, &["--in-thread"]);
+}
+
+/// 3.14's `concurrent.interpreters`, in a thread of its own and on the
+/// main thread; closing it (`Py_EndInterpreter`, which calls the exit
+/// point's `_PyThreadState_RemoveExcept` too) does not begin the exit.
+#[test]
+fn attributes_subinterpreter_growth_on_debian_3_14() {
+    let python = require_ebpf!(debian_python("3.14"));
+    check_subinterpreter(&python, &[]);
+    check_subinterpreter(&python, &["--in-thread"]);
 }
 
 #[test]

@@ -23,7 +23,7 @@ mod common;
 use serde_json::Value;
 
 use common::{
-    interpreter, pyenv, python_3_11, require_ebpf, stack_functions, trace_script,
+    debian_python, interpreter, pyenv, python_3_11, require_ebpf, stack_functions, trace_script,
     trace_script_expecting, Trace,
 };
 
@@ -233,6 +233,13 @@ fn hold_then_exit(python: &std::path::Path, mode: &str, code: i32, began_by: &st
         &["--mib", "200", "--hold-seconds", "2", "--exit-mode", mode],
         code,
     );
+    check_hold_then_exit(trace, mode, began_by)
+}
+
+/// Checks a trace of `hold_then_exit.py --exit-mode MODE`: it ends at what
+/// it held just before it began to exit (by `began_by`), with no spike,
+/// and what `hold_memory` holds at the end; returns the trace.
+fn check_hold_then_exit(trace: Trace, mode: &str, began_by: &str) -> Trace {
     let exiting = trace.workload_event("exiting");
     let row = trace.row_of(exiting["pid"].as_u64().unwrap());
     // It ends at what it held just before it began to exit.
@@ -288,11 +295,158 @@ fn a_python_3_12_process_ends_after_its_threads_before_finalization() {
     hold_then_exit(&python, "thread", 0, "python_finalize");
 }
 
+/// Debian's 3.14 and 3.15 (static, stripped, their symbols in the `-dbg`
+/// debug file by build-id, which the test setup unpacks and passes with
+/// `--debug-dir`): the exit begins at `_PyThreadState_RemoveExcept` once
+/// `Py_FinalizeEx` (whose first instruction is `endbr64`) was entered,
+/// after the non-daemon threads.
+fn check_debian_exit(minor: &str) {
+    let python = require_ebpf!(debian_python(minor));
+    for (mode, code) in [("normal", 0), ("sys_exit", 3), ("thread", 0)] {
+        let trace = hold_then_exit(&python, mode, code, "python_finalize");
+        let warnings = trace.report["warnings"].to_string();
+        assert!(!warnings.contains("exit_point"), "{mode}: {warnings}");
+    }
+}
+
+#[test]
+fn a_python_3_14_process_ends_after_its_threads_before_finalization() {
+    check_debian_exit("3.14");
+}
+
+#[test]
+fn a_python_3_15_process_ends_after_its_threads_before_finalization() {
+    check_debian_exit("3.15");
+}
+
+/// 3.14 started through its loader (`ld-linux-x86-64.so.2 --library-path
+/// ... python3.14.unpatched`: `/proc/PID/exe` is the loader, the
+/// interpreter a file it mapped, not patchelf'd): stacks and the exit point
+/// are found in the interpreter's file; main returns at once (`thread`),
+/// so finalization is entered before memtrace has probed the process.
+#[test]
+fn a_python_3_14_started_through_its_loader_ends_at_what_it_held() {
+    let Some(loader) = common::debian_python_through_loader("3.14") else {
+        return;
+    };
+    require_ebpf!();
+    let tree = common::debian_tree("3.14");
+    let debug_dir = tree.join("usr/lib/debug");
+    let script = common::script("hold_then_exit.py");
+    let mut args = vec!["run", "--debug-dir", debug_dir.to_str().unwrap(), "--"];
+    args.extend(loader.iter().map(String::as_str));
+    args.extend([
+        script.to_str().unwrap(),
+        "--mib",
+        "200",
+        "--hold-seconds",
+        "2",
+        "--exit-mode",
+        "thread",
+    ]);
+    let trace = check_hold_then_exit(common::trace(&args), "thread", "python_finalize");
+    let exiting = trace.workload_event("exiting");
+    let row = trace.row_of(exiting["pid"].as_u64().unwrap());
+    assert_eq!(
+        row["python"]["version"].as_str().map(|v| &v[..4]),
+        Some("3.14")
+    );
+}
+
+#[test]
+fn a_stripped_interpreter_without_its_debug_file_says_what_that_costs() {
+    let python = require_ebpf!(debian_python("3.14"));
+    let script = common::script("hold_then_exit.py");
+    let trace = common::trace(&[
+        "run",
+        "--",
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--mib",
+        "50",
+        "--hold-seconds",
+        "1",
+    ]);
+    let warning = trace.report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["kind"] == "exit_point")
+        .unwrap_or_else(|| panic!("no exit_point warning: {:#}", trace.report["warnings"]));
+    let caveat = warning["caveat"].as_str().unwrap();
+    assert!(
+        caveat.contains(
+            "no symbol _PyThreadState_RemoveExcept (not in .dynsym, .symtab, nor a debug file"
+        ),
+        "{caveat}"
+    );
+    assert!(
+        caveat.contains(
+            "exit begins at Py_FinalizeEx: a thread still running after main returned is cut off"
+        ),
+        "{caveat}"
+    );
+    let exiting = trace.workload_event("exiting");
+    let row = trace.row_of(exiting["pid"].as_u64().unwrap());
+    assert_eq!(row["exit_began_by"], "python_finalize", "{row:#}");
+}
+
 #[test]
 fn a_process_of_the_static_interpreter_ends_before_finalization() {
     let python = require_ebpf!(interpreter(&["/usr/bin/python3.11".into()]));
     hold_then_exit(&python, "normal", 0, "python_finalize");
     hold_then_exit(&python, "thread", 0, "python_finalize");
+}
+
+/// 3.11 execs Debian's 3.14 (same pid): two Python images, each with its
+/// version and its own function's growth.
+#[test]
+fn an_exec_into_python_3_14_reads_the_new_version() {
+    let python = require_ebpf!(python_3_11());
+    let next = require_ebpf!(debian_python("3.14"));
+    let debug_dir = common::debug_dir_of(&next).unwrap();
+    let script = common::script("grow_then_exec.py");
+    let trace = common::trace(&[
+        "run",
+        "--debug-dir",
+        debug_dir.to_str().unwrap(),
+        "--",
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--mib",
+        "60",
+        "--exec-python",
+        next.to_str().unwrap(),
+        "--then-mib",
+        "80",
+    ]);
+    let before = trace.workload_event("before_exec");
+    let grown = trace.workload_event("grown");
+    assert_eq!(before["pid"], grown["pid"]);
+    let rows = trace.rows_of(before["pid"].as_u64().unwrap());
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[0]["python"]["version"], "3.11.7");
+    assert!(
+        rows[1]["python"]["version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.14.")),
+        "{:#}",
+        rows[1]["python"]
+    );
+    for (row, function, expected) in [
+        (rows[0], "grow_before_exec", num(&before["growth_bytes"])),
+        (rows[1], "fill_cache", num(&grown["rss_growth_bytes"])),
+    ] {
+        let id = row["id"].as_u64().unwrap();
+        assert_near(
+            trace.path_bytes(id, function, "growth_bytes"),
+            expected,
+            SAMPLED,
+            0.0,
+            function,
+        );
+    }
+    assert_eq!(rows[1]["exit_began_by"], "python_finalize", "{:#}", rows[1]);
 }
 
 #[test]

@@ -37,6 +37,17 @@ pub enum Command {
     /// for days, closing a window every --interval for the fleet's
     /// backends (--metrics: Prometheus).
     Agent(AgentArgs),
+    /// Print the shell completion script for SHELL (e.g. `source <(memtrace
+    /// completions bash)`).
+    Completions(CompletionsArgs),
+}
+
+/// Arguments of `memtrace completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete memtrace's subcommands and options in.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 /// The fleet's backends a session's windows go to (`memtrace agent`, and
@@ -180,6 +191,12 @@ pub struct ReportArgs {
     /// With --allocations: which bytes weigh the allocation paths.
     #[arg(long, value_enum, default_value_t = AllocWeightArg::Leaked)]
     pub alloc_weight: AllocWeightArg,
+    /// Also look for separate debug files by build-id under this folder
+    /// (`DIR/.build-id/xx/rest.debug`, before /usr/lib/debug; repeatable):
+    /// the symbols of the exit point and the allocator hooks of stripped
+    /// interpreters (Debian's `pythonX.Y-dbg` unpacked elsewhere).
+    #[arg(long, value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
 }
 
 /// How reports are drawn (`report`, and the --format outputs of `record`/`run`).
@@ -286,6 +303,17 @@ pub enum WeightArg {
     Grown,
 }
 
+/// `memtrace diff --format` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFormatArg {
+    /// The terminal table: a summary line, the processes, the paths.
+    Table,
+    /// A differential flame graph (SVG) of memory held at the end.
+    Flamegraph,
+    /// The comparison as JSON.
+    Json,
+}
+
 /// Arguments of `memtrace diff`.
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -304,10 +332,13 @@ pub struct DiffArgs {
     /// capture's length.
     #[arg(long, value_parser = humantime::parse_duration, requires = "from")]
     pub to: Option<Duration>,
-    /// `table` or `flamegraph` (a differential flame graph); without it,
-    /// the extension of -o decides (`.svg`), else the table.
+    /// Without it, the name of -o decides (`.svg`, `.json`, `.txt`), else
+    /// the table.
     #[arg(long, value_enum)]
-    pub format: Option<FormatArg>,
+    pub format: Option<DiffFormatArg>,
+    /// Growth paths the table lists.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
     /// The report file instead of standard output; its format from
     /// --format or its extension.
     #[arg(short, long, value_name = "FILE")]
@@ -438,6 +469,12 @@ pub struct CommonArgs {
     /// Where the run's profile (one window, the whole run) also goes.
     #[command(flatten)]
     pub profile_sinks: ProfileSinkArgs,
+    /// Also look for separate debug files by build-id under this folder
+    /// (`DIR/.build-id/xx/rest.debug`, before /usr/lib/debug; repeatable):
+    /// the symbols of the exit point and the allocator hooks of stripped
+    /// interpreters (Debian's `pythonX.Y-dbg` unpacked elsewhere).
+    #[arg(long, value_name = "DIR")]
+    pub debug_dir: Vec<PathBuf>,
 }
 
 /// `--alloc-hooks` values.

@@ -300,14 +300,26 @@ pub fn trace_script(python: &Path, script_name: &str, args: &[&str]) -> Trace {
 /// with `code` (128 + N for signal N, as a shell reports it).
 pub fn trace_script_expecting(python: &Path, script_name: &str, args: &[&str], code: i32) -> Trace {
     let script = script(script_name);
-    let mut command = vec![
-        "run",
-        "--",
-        python.to_str().unwrap(),
-        script.to_str().unwrap(),
-    ];
+    let debug_dir = debug_dir_of(python);
+    let mut command = vec!["run"];
+    if let Some(dir) = &debug_dir {
+        command.extend(["--debug-dir", dir.to_str().unwrap()]);
+    }
+    command.extend(["--", python.to_str().unwrap(), script.to_str().unwrap()]);
     command.extend_from_slice(args);
     trace_expecting(&command, code)
+}
+
+/// The unpacked `-dbg` symbols (`usr/lib/debug`) of an interpreter of the
+/// test setup's trees (target/interpreters), which memtrace gets with
+/// `--debug-dir`: a user's `pythonX.Y-dbg` is under /usr/lib/debug.
+pub fn debug_dir_of(python: &Path) -> Option<PathBuf> {
+    let trees = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()?
+        .join("target/interpreters");
+    let relative = python.strip_prefix(&trees).ok()?;
+    let tree = trees.join(relative.components().next()?);
+    Some(tree.join("usr/lib/debug"))
 }
 
 /// Python function names of stack `stack` of a JSON `report`, in the

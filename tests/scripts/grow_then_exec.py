@@ -14,6 +14,11 @@ Output (JSON lines, see ``workload_common.py``; ``status*`` are
 "objects": ..., "status_start": {...}, "status": {...}, "growth_bytes": <RssAnon now - at start>,
 "exec": ["/bin/sleep", "sleep", "<seconds>"]}`` right before the exec (``sleep`` prints nothing).
 
+With ``--exec-python PATH`` it execs another interpreter instead:
+``PATH grow_cache.py --mib <--then-mib> --hold <--sleep-seconds>`` (the
+same pid goes on as another CPython version, which grows in
+``fill_cache``).
+
 Run::
 
     python grow_then_exec.py --mib 60 --sleep-seconds 1
@@ -62,14 +67,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mib", type=float, default=60.0, help="MiB to allocate and keep (default 60)")
     parser.add_argument("--sleep-seconds", type=float, default=1.0,
                         help="seconds the exec'd /bin/sleep sleeps (default 1)")
+    parser.add_argument("--exec-python", help="exec this interpreter running grow_cache.py instead of sleep")
+    parser.add_argument("--then-mib", type=float, default=60.0,
+                        help="with --exec-python: MiB grow_cache.py grows (default 60)")
     args = parser.parse_args(argv)
     start = proc_status()
     objects, held = grow_before_exec(int(args.mib * MIB))
     now = proc_status()
     seconds = f"{max(0.0, args.sleep_seconds):g}"
+    if args.exec_python:
+        grow_cache = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grow_cache.py")
+        argv_next = [args.exec_python, grow_cache, "--mib", f"{args.then_mib:g}", "--hold", seconds]
+    else:
+        argv_next = ["sleep", seconds]
+    program = argv_next[0] if args.exec_python else SLEEP
     emit("before_exec", function="grow_before_exec", held_bytes=held, objects=objects, status_start=start,
-         status=now, growth_bytes=now["RssAnon"] - start["RssAnon"], exec=[SLEEP, "sleep", seconds])
-    os.execv(SLEEP, ["sleep", seconds])
+         status=now, growth_bytes=now["RssAnon"] - start["RssAnon"], exec=[program, *argv_next])
+    os.execv(program, argv_next)
     return 1  # not reached: execv returns only by raising OSError
 
 

@@ -7,7 +7,11 @@ interpreter's ``grow_in_main`` does the same. Growth inside the
 sub-interpreter belongs to ``grow_in_sub``, not to ``run_in_subinterpreter``
 (the main-interpreter frame that called ``run_string``).
 
-CPython 3.9-3.12 name the module ``_xxsubinterpreters``, 3.13 ``_interpreters``.
+CPython 3.9-3.12 name the module ``_xxsubinterpreters``, 3.13 ``_interpreters``;
+from 3.14 the public ``concurrent.interpreters`` is used (``Interpreter.exec``).
+With ``--in-thread`` the sub-interpreter runs in a thread of its own
+(``threading.Thread`` calling ``run_in_subinterpreter``), as
+``concurrent.interpreters`` pools do.
 
 Output (JSON lines, see ``workload_common.py``): ``{"event": "ready", ...}``,
 then ``{"event": "grown", "pid": ..., "rows": ...}``, then ``--hold`` seconds of
@@ -26,10 +30,16 @@ import time
 
 from workload_common import emit
 
+import threading
+
 try:
-    import _xxsubinterpreters as interpreters
+    from concurrent import interpreters
 except ImportError:
-    import _interpreters as interpreters
+    interpreters = None
+    try:
+        import _xxsubinterpreters as lowlevel
+    except ImportError:
+        import _interpreters as lowlevel
 
 #: Run in the sub-interpreter; ``ROWS`` is replaced by ``--rows``.
 CODE = """
@@ -47,9 +57,42 @@ _KEEP: list[bytes] = []
 
 def run_in_subinterpreter(rows: int) -> object:
     """Create a sub-interpreter and grow ``rows`` rows in it; return it (kept alive)."""
-    interp = interpreters.create()
-    interpreters.run_string(interp, CODE.replace("ROWS", str(rows)))
+    code = CODE.replace("ROWS", str(rows))
+    if interpreters is not None:
+        interp = interpreters.create()
+        interp.exec(code)
+        return interp
+    interp = lowlevel.create()
+    lowlevel.run_string(interp, code)
     return interp
+
+
+def destroy(interp: object) -> None:
+    """Destroy a sub-interpreter (3.11 hangs at exit on one another thread created and left)."""
+    if interpreters is not None:
+        interp.close()
+    else:
+        lowlevel.destroy(interp)
+
+
+def run_in_thread(rows: int, done: threading.Event) -> tuple[object, threading.Thread]:
+    """Run :func:`run_in_subinterpreter` in a thread of its own, which destroys it once ``done`` is set.
+
+    Returns once the sub-interpreter grew: the interpreter and the thread.
+    """
+    ran = threading.Event()
+    result = []
+
+    def thread_main() -> None:
+        result.append(run_in_subinterpreter(rows))
+        ran.set()
+        done.wait()
+        destroy(result[0])
+
+    thread = threading.Thread(target=thread_main, name="sub")
+    thread.start()
+    ran.wait()
+    return result[0], thread
 
 
 def grow_in_main(rows: int) -> None:
@@ -64,12 +107,21 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200000, help="rows per interpreter (default 200000)")
     parser.add_argument("--hold", type=float, default=1.0,
                         help="seconds to live after growing, so a tracer reads the code objects (default 1)")
+    parser.add_argument("--in-thread", action="store_true",
+                        help="run the sub-interpreter in a thread of its own")
     args = parser.parse_args()
     emit("ready")
-    interp = run_in_subinterpreter(args.rows)
+    done = threading.Event()
+    if args.in_thread:
+        interp, thread = run_in_thread(args.rows, done)
+    else:
+        interp, thread = run_in_subinterpreter(args.rows), None
     grow_in_main(args.rows)
     emit("grown", rows=args.rows, interpreter=str(interp))
     time.sleep(args.hold)
+    if thread is not None:
+        done.set()
+        thread.join()
     return 0
 
 

@@ -42,7 +42,8 @@ enum Task {
         args: Vec<String>,
     },
     /// Build, then trace the bundled pre-fork example service under load and
-    /// print memtrace's report.
+    /// print memtrace's report; on the interpreter named by
+    /// MEMTRACE_DEMO_PYTHON (a path) when set, else pyenv's 3.11.
     Demo {
         /// Seconds of load the load generator sends.
         #[arg(long, default_value_t = 15)]
@@ -148,9 +149,29 @@ fn which_python3() -> Option<PathBuf> {
     })
 }
 
+/// The environment variable that names the demo's interpreter (a path),
+/// e.g. `target/interpreters/python3.14/usr/bin/python3.14`.
+const DEMO_PYTHON: &str = "MEMTRACE_DEMO_PYTHON";
+
+/// The `-dbg` symbols of an interpreter of the test setup's trees
+/// (`target/interpreters/pythonX.Y/usr/lib/debug`), if `python` is one.
+fn debug_dir_of(python: &Path) -> Option<PathBuf> {
+    let trees = std::env::current_dir().ok()?.join("target/interpreters");
+    let python = std::path::absolute(python).ok()?;
+    let tree = trees.join(python.strip_prefix(&trees).ok()?.components().next()?);
+    Some(tree.join("usr/lib/debug")).filter(|dir| dir.is_dir())
+}
+
 fn demo(seconds: u32, output_dir: &Path) -> Result<()> {
     let bin = build()?;
-    let python = python_for_examples()?;
+    let python = match std::env::var_os(DEMO_PYTHON) {
+        Some(python) => PathBuf::from(python),
+        None => python_for_examples()?,
+    };
+    if !python.exists() {
+        bail!("{DEMO_PYTHON}=`{}` does not exist", python.display());
+    }
+    let debug_dir: Vec<PathBuf> = debug_dir_of(&python).into_iter().collect();
     std::fs::create_dir_all(output_dir)
         .with_context(|| format!("cannot create `{}`", output_dir.display()))?;
     println!(
@@ -163,6 +184,11 @@ fn demo(seconds: u32, output_dir: &Path) -> Result<()> {
             .arg("--output-dir")
             .arg(output_dir)
             .args(["--format", "html"])
+            .args(
+                debug_dir
+                    .iter()
+                    .flat_map(|dir| [Path::new("--debug-dir"), dir]),
+            )
             .arg("--")
             .arg(&python)
             .arg("examples/prefork_service/run_demo.py")

@@ -197,6 +197,29 @@ pub fn python_finalize_entered(_ctx: ProbeContext) -> u32 {
     0
 }
 
+/// Uprobe on CPython's `_PyThreadState_RemoveExcept` (3.14+): called by
+/// `_Py_Finalize` once the threads are joined and the `atexit` handlers
+/// ran, but also by `Py_EndInterpreter` (a sub-interpreter ends) and after
+/// `os.fork()` in the child. The exit begins here once finalization was
+/// entered ([`python_finalize_entered`]), or, when that probe came too late
+/// (main returned before the process was probed, and finalization waits
+/// for its threads), on the main thread, where finalization runs and where
+/// a pool's sub-interpreters (each in a thread of its own) do not end; the
+/// call after a fork is ignored as in [`python_finalize_teardown`].
+#[uprobe]
+pub fn python_finalize_teardown_entered(_ctx: ProbeContext) -> u32 {
+    let (tgid, tid) = current_ids();
+    let Some(counters) = traced(tgid) else {
+        return 0;
+    };
+    // SAFETY: live map value of a traced process.
+    let flags = unsafe { clear_bits(&raw mut (*counters).exit_flags, AFTER_FORK) };
+    if flags & FINALIZE_ENTERED != 0 || (flags & AFTER_FORK == 0 && tid == tgid) {
+        exit_begins(ExitBeginReason::PythonFinalize);
+    }
+    0
+}
+
 /// Uprobe on CPython's `_PyThreadState_DeleteExcept` (3.11, 3.12): called
 /// by `Py_FinalizeEx` once the threads are joined and the `atexit`
 /// handlers ran, right before the interpreter frees its objects; the exit

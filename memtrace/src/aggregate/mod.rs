@@ -505,6 +505,11 @@ impl Aggregator {
                 records: meta.decode_errors,
             });
         }
+        for caveat in &meta.exit_point_caveats {
+            warnings.push(Warning::ExitPoint {
+                caveat: caveat.clone(),
+            });
+        }
         for p in processes {
             warnings.extend(self.process_warnings(p));
         }

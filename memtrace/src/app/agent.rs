@@ -94,7 +94,7 @@ pub(super) async fn run(args: AgentArgs) -> Result<ExitCode> {
         }
         if stop.is_some() || fleet.due() {
             reader.drain(|record| session.handle(record));
-            let window = fleet.emit(&mut session, &reader, true);
+            let window = session.close_window(&mut fleet, &reader, true);
             if !args.quiet || stop.is_some() {
                 eprintln!("{window}");
             }
@@ -151,6 +151,7 @@ fn common_args(args: &AgentArgs) -> CommonArgs {
         quiet: true,
         allocations: false,
         alloc_weight: crate::cli::AllocWeightArg::Leaked,
+        debug_dir: Vec::new(),
         alloc_hooks: None,
         gate: GateArgs {
             fail_above: None,

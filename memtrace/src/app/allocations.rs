@@ -249,7 +249,7 @@ pub(super) fn write_allocation_files(
         };
         let extension = match format {
             Format::Folded => "folded",
-            _ => super::files::format_extension(format).unwrap_or("out"),
+            _ => crate::report::format_extension(format).unwrap_or("out"),
         };
         let path = folded.with_extension(format!("allocations.{extension}"));
         match write_file(&path, common.force, |out| {

@@ -135,7 +135,7 @@ fn run(rx: &Receiver<Message>) -> CensusReport {
 /// Takes one census of `w`.
 fn take(censuses: &mut Censuses, tgid: u32, w: &mut Watched) {
     let started = Instant::now();
-    let now_ns = super::session::monotonic_ns();
+    let now_ns = super::clock::monotonic_ns();
     let reader = proc::reader_pid(tgid).unwrap_or(tgid);
     if let Ok(census) = censuses.take(tgid, reader, Some(&w.python), now_ns) {
         if let Ok(rss) = proc::rss_bytes(reader) {

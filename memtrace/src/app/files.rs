@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    cli::{CommonArgs, DEFAULT_OUTPUT_DIR},
+    cli::{CommonArgs, FormatArg, DEFAULT_OUTPUT_DIR},
     diagnose::Diagnosed,
     output_file,
     report::{self, FilesWritten, Format, RenderOptions, WrittenFile},
@@ -39,16 +39,16 @@ pub(super) struct RunFiles {
 }
 
 impl RunFiles {
-    /// Checks `--output-dir` and `-o`, picks the run's stem, and sets
+    /// Checks `--output-dir` and `-o`, picks the run's stem, sets
     /// `common.capture` to the capture's path (so the session always writes
-    /// one).
+    /// one), and warns about `--per-process` without a flame graph.
     ///
     /// # Errors
     /// The folder cannot be written; `-o` names no known format, exists
     /// (without `--force`), or comes with several `--format`s or
     /// `--per-process`.
     pub(super) fn prepare(common: &mut CommonArgs) -> Result<Self> {
-        super::output::check_output_dir(&common.output_dir)?;
+        check_output_dir(&common.output_dir)?;
         let output = match &common.output {
             Some(path) => Some((path.clone(), output_format(path, common)?)),
             None => None,
@@ -59,6 +59,7 @@ impl RunFiles {
             .capture
             .get_or_insert_with(|| dir.join(format!("{stem}.capture")))
             .clone();
+        check_per_process(common);
         Ok(Self {
             dir,
             stem,
@@ -120,6 +121,29 @@ impl RunFiles {
             )),
         }
     }
+}
+
+/// Warns, before tracing, about `--per-process` without a flame graph to
+/// draw per process.
+fn check_per_process(common: &CommonArgs) {
+    if common.render.per_process && !common.format.contains(&FormatArg::Flamegraph) {
+        eprintln!(
+            "memtrace: warning: --per-process only applies to flame graphs and none is \
+             asked for (add --format flamegraph)"
+        );
+    }
+}
+
+/// Fails early, before any tracing, if report files cannot be written to
+/// `dir`.
+fn check_output_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the output folder `{}`", dir.display()))?;
+    tempfile::Builder::new()
+        .prefix(".memtrace-write-check")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write report files to `{}`", dir.display()))?;
+    Ok(())
 }
 
 /// The format of `-o path`: the one `--format`, else the name's ending.
@@ -189,22 +213,8 @@ fn write_report(
         .with_context(|| format!("cannot write report file `{}`", path.display()))
 }
 
-/// File name ending of each `--format` written at the end of `record`/`run`
-/// (after the run's stem); `None` for the formats always written (folded,
-/// JSON).
-pub(super) fn format_extension(format: Format) -> Option<&'static str> {
-    match format {
-        Format::Table => Some("txt"),
-        Format::Flamegraph => Some("svg"),
-        Format::Speedscope => Some("speedscope.json"),
-        Format::Pprof => Some("pb.gz"),
-        Format::Html => Some("html"),
-        Format::Folded | Format::Json => None,
-    }
-}
-
 /// Writes each `--format` of `common` next to the folded stacks file
-/// `folded` (same stem, [`format_extension`]); with `--per-process`, the
+/// `folded` (same stem, [`report::format_extension`]); with `--per-process`, the
 /// flame graph as one file per process (`<stem>-tgid-<tgid>.svg`). A format
 /// that cannot be written (an existing file without `--force` included) is
 /// a warning on standard error and the others are still written. Returns
@@ -254,7 +264,7 @@ fn write_format_file(
             common.force,
         )?);
     }
-    let Some(extension) = format_extension(format) else {
+    let Some(extension) = report::format_extension(format) else {
         return Ok(Vec::new());
     };
     let path = folded.with_extension(extension);
@@ -344,7 +354,7 @@ fn prune(dir: &Path, keep: usize) {
         run.1.push(entry.path());
     }
     let mut runs: Vec<(SystemTime, Vec<PathBuf>)> = runs.into_values().collect();
-    runs.sort_by(|a, b| b.0.cmp(&a.0));
+    runs.sort_by_key(|run| std::cmp::Reverse(run.0));
     for (_, paths) in runs.into_iter().skip(keep) {
         for path in paths {
             let _ = std::fs::remove_file(path);

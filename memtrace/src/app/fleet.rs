@@ -9,11 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
 
-use super::session::{monotonic_ns, Session};
 use crate::agent::windows::{host_name, own_resident_bytes, WindowBuilder};
-use crate::aggregate::RunMeta;
+use crate::aggregate::Report;
 use crate::cli::SinkArgs;
-use crate::events::RecordReader;
 use crate::sinks::{prometheus::PrometheusSink, Health, Sink};
 
 /// How often `record`/`run` close a window for their sinks.
@@ -80,32 +78,19 @@ impl Fleet {
         Instant::now() >= self.next_window
     }
 
-    /// Closes the window now: fresh counters of every open image, the
-    /// report so far, the window to every sink (a failed send is counted
-    /// and logged; the next window goes out as usual). With `compact`
-    /// (`memtrace agent`), the images that ended are forgotten afterwards.
+    /// Closes the window begun at `started` (the next is due an interval
+    /// after it) with `report`, the session's report so far, and hands it
+    /// to every sink (a failed send is counted and logged; the next window
+    /// goes out as usual). With `compact` (`memtrace agent`), called once
+    /// the report is dropped, the images that ended are forgotten (it
+    /// returns how many).
     pub(super) fn emit(
         &mut self,
-        session: &mut Session,
-        reader: &RecordReader,
-        compact: bool,
+        started: Instant,
+        report: Report,
+        compact: Option<impl FnOnce() -> usize>,
     ) -> WindowLine {
-        self.next_window = Instant::now() + self.interval;
-        session.final_counters();
-        session.flush();
-        let now_ns = monotonic_ns();
-        let meta = RunMeta {
-            command: session.command.clone(),
-            duration_ns: now_ns.saturating_sub(session.start_ns),
-            records: reader.records(),
-            dropped_records: session.tracer.dropped_records().unwrap_or(0),
-            decode_errors: reader.decode_errors(),
-            sample_interval_bytes: session.sample_interval_bytes,
-            attach_ns: session.attach_ns,
-            attached_unix_ns: session.attached_unix_ns,
-            ..RunMeta::default()
-        };
-        let report = session.recorder.report_now(now_ns, meta);
+        self.next_window = started + self.interval;
         let health = Health {
             records_read: report.meta.records,
             records_dropped: report.meta.dropped_records,
@@ -123,12 +108,13 @@ impl Fleet {
         }
         let (stacks, paths) = (report.stacks.len(), report.paths.len());
         drop(report);
-        let compacted = if compact {
-            let compacted = session.recorder.compact_ended();
-            give_back_freed_heap();
-            compacted
-        } else {
-            0
+        let compacted = match compact {
+            Some(compact) => {
+                let compacted = compact();
+                give_back_freed_heap();
+                compacted
+            }
+            None => 0,
         };
         WindowLine {
             number: window.health.windows_emitted,

@@ -11,6 +11,7 @@
 mod agent;
 mod allocations;
 mod census;
+mod clock;
 mod files;
 mod fleet;
 mod output;
@@ -46,6 +47,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             Command::Report(args) => output::report_command(&args),
             Command::Diff(args) => crate::diff::run(&args),
             Command::Agent(args) => agent::run(args).await,
+            Command::Completions(args) => completions(args.shell),
         }
     })
 }
@@ -133,6 +135,17 @@ async fn run_command(
         .await?;
     let status = session::stop_child(&mut child);
     session.finish(&reader, &common, &files, status, profile_sinks)
+}
+
+/// `memtrace completions SHELL`: the completion script clap_complete writes
+/// for memtrace's command line, on standard output.
+fn completions(shell: clap_complete::Shell) -> Result<ExitCode> {
+    use clap::CommandFactory as _;
+    let mut command = Cli::command();
+    let mut stdout = std::io::stdout().lock();
+    clap_complete::generate(shell, &mut command, "memtrace", &mut stdout);
+    std::io::Write::flush(&mut stdout).context("cannot write the completion script")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// One line of progress on standard error (not with `--quiet`): attaching

@@ -64,6 +64,7 @@ impl Session {
             command_held: self.command_held,
             command_status,
             origin: crate::aggregate::Origin::here(self.attached_unix_ns),
+            exit_point_caveats: std::mem::take(&mut self.exit_point_caveats),
         };
         let census = self.census.finish();
         self.recorder.census(&census);
@@ -224,27 +225,4 @@ fn write_output(
             out.flush().context("cannot write to standard output")
         }
     }
-}
-
-/// Warns, before tracing, about `--per-process` without a flame graph to
-/// draw per process.
-pub(super) fn check_per_process(common: &CommonArgs) {
-    if common.render.per_process && !common.format.contains(&FormatArg::Flamegraph) {
-        eprintln!(
-            "memtrace: warning: --per-process only applies to flame graphs and none is \
-             asked for (add --format flamegraph)"
-        );
-    }
-}
-
-/// Fails early, before any tracing, if report files cannot be written to
-/// `dir`.
-pub(super) fn check_output_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create the output folder `{}`", dir.display()))?;
-    tempfile::Builder::new()
-        .prefix(".memtrace-write-check")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write report files to `{}`", dir.display()))?;
-    Ok(())
 }

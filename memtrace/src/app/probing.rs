@@ -19,13 +19,22 @@ use crate::{
 /// milliseconds and a short script may be done growing soon after. A process
 /// with no CPython runtime by then counts as not Python (the dynamic loader
 /// may not have mapped libpython at the first probes).
-pub(super) const EAGER_PROBE_WINDOW: Duration = Duration::from_secs(1);
+const EAGER_PROBE_WINDOW: Duration = Duration::from_secs(1);
 
 impl Session {
     /// Probes processes that appeared or exec'd within the eager window.
     pub(super) fn probe_new_processes(&mut self) {
         for (tgid, pending_for) in self.tree.pending_python() {
             if pending_for < EAGER_PROBE_WINDOW {
+                self.probe_python(tgid);
+            }
+        }
+    }
+
+    /// Probes, once a tick, processes still pending after the eager window.
+    pub(super) fn probe_pending_processes(&mut self) {
+        for (tgid, pending_for) in self.tree.pending_python() {
+            if pending_for >= EAGER_PROBE_WINDOW {
                 self.probe_python(tgid);
             }
         }
@@ -45,7 +54,7 @@ impl Session {
                     self.set_python_status(tgid, PythonStatus::Unsupported { reason });
                     return;
                 }
-                self.watch_finalization(tgid, &process.binary);
+                self.watch_finalization(tgid, &process.binary, process.version);
                 self.hook_allocator(tgid, Some(process.binary.clone()));
                 self.stacks.resolver.register(tgid, &process);
                 if let Some(id) = self.tree.id_of(tgid) {
@@ -80,27 +89,37 @@ impl Session {
         matches!((kernel, handled), (Some(kernel), Some(handled)) if kernel != handled)
     }
 
-    /// Attaches the finalization uprobe to `binary` as `tgid` mapped it
-    /// (once per file), reached through [`maps::reachable_path`] (an
-    /// interpreter in another mount namespace, or deleted and replaced on
-    /// disk, is read and probed as the very file mapped); a failure costs
-    /// only the precise end of those processes' lives (their `exit_group`
-    /// still marks it, after finalization), said once.
-    fn watch_finalization(&mut self, tgid: u32, binary: &std::path::Path) {
+    /// Attaches the finalization uprobes to `binary` for CPython `version`
+    /// as `tgid` mapped it (once per file), reached through
+    /// [`maps::reachable_path`] (an interpreter in another mount namespace,
+    /// or deleted and replaced on disk, is read and probed as the very file
+    /// mapped); a missing symbol or a failure costs only the precision of
+    /// the end of those processes' lives, said once on stderr and in the
+    /// report's warnings.
+    fn watch_finalization(
+        &mut self,
+        tgid: u32,
+        binary: &std::path::Path,
+        version: python::PythonVersion,
+    ) {
         let reachable = maps::reachable_path(tgid, binary).unwrap_or_else(|| binary.to_owned());
-        match self.tracer.attach_python_finalize(&reachable) {
-            Ok(true) => {}
-            Ok(false) => eprintln!(
-                "memtrace: warning: `{}` has no Py_FinalizeEx/Py_Exit symbol: the end of its \
-                 processes is taken at exit_group, after the interpreter freed its objects",
-                binary.display()
-            ),
-            Err(err) => eprintln!(
-                "memtrace: warning: {:#}; the end of the processes of `{}` is taken at \
-                 exit_group, after the interpreter freed its objects",
+        let caveat = match self
+            .tracer
+            .attach_python_finalize(&reachable, (version.major, version.minor))
+        {
+            Ok(point) => point.caveat(binary),
+            Err(err) => Some(format!(
+                "{:#}; the end of the processes of `{}` is taken at exit_group, after the \
+                 interpreter freed its objects",
                 anyhow::Error::from(err),
                 binary.display()
-            ),
+            )),
+        };
+        if let Some(caveat) = caveat {
+            if !self.exit_point_caveats.contains(&caveat) {
+                eprintln!("memtrace: warning: {caveat}");
+                self.exit_point_caveats.push(caveat);
+            }
         }
     }
 

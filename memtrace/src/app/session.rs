@@ -15,8 +15,11 @@ use anyhow::{Context as _, Result};
 use memtrace_common::ProcessCounters;
 use tokio::signal::unix::{signal, SignalKind};
 
+/// The session's clock, for the steps that extend it.
+pub(super) use super::clock::monotonic_ns;
+
 use crate::{
-    aggregate::{Aggregator, ExitStatus, ProcessId, ProcessStart, Role},
+    aggregate::{Aggregator, ExitStatus, ProcessId, ProcessStart, Role, RunMeta},
     allocations::{AllocationTracker, AllocationsReport},
     bpf::{Tracer, TracerOptions},
     capture::{CaptureWriter, Header, Recorder, CAPTURE_VERSION, HELD_MAP_MAX_ENTRIES},
@@ -109,6 +112,9 @@ pub(super) struct Session {
     pub(super) attached_unix_ns: u64,
     /// `memtrace run`: the command was held until attached.
     pub(super) command_held: bool,
+    /// What the missing exit-point symbols of the probed binaries cost,
+    /// one line per binary (for the report's warnings).
+    pub(super) exit_point_caveats: Vec<String>,
     pub(super) start_ns: u64,
     pub(super) sample_interval_bytes: u64,
     pub(super) stop_reason: Option<StopReason>,
@@ -131,13 +137,6 @@ pub(super) struct Session {
     fleet: Option<super::fleet::Fleet>,
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
-pub(super) fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|ts| ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
-        .unwrap_or(0)
-}
-
 impl Session {
     /// Loads and attaches the kernel side and creates the capture file;
     /// returns the session and the reader of its ring buffer.
@@ -149,8 +148,6 @@ impl Session {
         sampler: Option<super::sampler::SamplerFiles>,
     ) -> Result<(Self, RecordReader)> {
         let load_started = Instant::now();
-        super::output::check_output_dir(&common.output_dir)?;
-        super::output::check_per_process(common);
         let fleet = super::fleet::Fleet::open_for_record(&common.sinks, common.render.top)?;
         let (mut session, reader) = Self::load(common, command, sampler, None, load_started)?;
         session.fleet = fleet;
@@ -187,6 +184,7 @@ impl Session {
             ring_bytes,
         };
         let mut tracer = Tracer::load(&options)?;
+        tracer.set_debug_dirs(&common.debug_dir);
         tracer.attach()?;
         let reader =
             RecordReader::new(tracer.take_records()?).context("cannot watch the ring buffer")?;
@@ -211,6 +209,7 @@ impl Session {
             attach_ns: 0,
             attached_unix_ns: 0,
             command_held: false,
+            exit_point_caveats: Vec::new(),
             start_ns,
             sample_interval_bytes: common.sample_bytes,
             stop_reason: None,
@@ -375,9 +374,42 @@ impl Session {
     /// session keeps every image: nothing is compacted).
     fn send_window(&mut self, reader: &RecordReader) {
         if let Some(mut fleet) = self.fleet.take() {
-            fleet.emit(self, reader, false);
+            self.close_window(&mut fleet, reader, false);
             self.fleet = Some(fleet);
         }
+    }
+
+    /// Closes a window of `fleet` now: fresh counters of every open image,
+    /// the report so far to its sinks. With `compact` (`memtrace agent`),
+    /// the images that ended are forgotten afterwards.
+    pub(super) fn close_window(
+        &mut self,
+        fleet: &mut super::fleet::Fleet,
+        reader: &RecordReader,
+        compact: bool,
+    ) -> super::fleet::WindowLine {
+        let started = Instant::now();
+        self.final_counters();
+        self.flush();
+        let now_ns = monotonic_ns();
+        let meta = RunMeta {
+            command: self.command.clone(),
+            duration_ns: now_ns.saturating_sub(self.start_ns),
+            records: reader.records(),
+            dropped_records: self.tracer.dropped_records().unwrap_or(0),
+            decode_errors: reader.decode_errors(),
+            sample_interval_bytes: self.sample_interval_bytes,
+            attach_ns: self.attach_ns,
+            attached_unix_ns: self.attached_unix_ns,
+            ..RunMeta::default()
+        };
+        let report = self.recorder.report_now(now_ns, meta);
+        let recorder = &mut self.recorder;
+        fleet.emit(
+            started,
+            report,
+            compact.then_some(|| recorder.compact_ended()),
+        )
     }
 
     /// Turns the live view into plain lines once a traced process (or
@@ -435,11 +467,7 @@ impl Session {
             }
         }
         self.sweep_lost_exits(&present, now_ns);
-        for (tgid, pending_for) in self.tree.pending_python() {
-            if pending_for >= super::probing::EAGER_PROBE_WINDOW {
-                self.probe_python(tgid);
-            }
-        }
+        self.probe_pending_processes();
     }
 
     /// A traced process missing from the kernel's map on two ticks in a

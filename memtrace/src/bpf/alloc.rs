@@ -6,7 +6,6 @@
 //! kernel side samples with.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 
@@ -14,7 +13,8 @@ use aya::programs::{
     uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     UProbe,
 };
-use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+use super::elf_symbols::{ElfSymbols, Image};
 
 /// The uretprobe attached at every allocating entry point (not the frees).
 pub const RETURN_PROGRAM: &str = "alloc_return";
@@ -161,19 +161,25 @@ pub struct SymbolOffsets {
 
 impl SymbolOffsets {
     /// File offsets in `path` of the defined function symbols among `hooks`
-    /// (`.dynsym`, then `.symtab`), each offset once (an alias of an
-    /// earlier hook's address, e.g. glibc's `aligned_alloc` = `memalign`, is
-    /// left out so no block is seen twice).
+    /// (found by `symbols`: `.dynsym`, `.symtab`, then the debug file the
+    /// build-id names; placed by the program headers), each offset once
+    /// (an alias of an earlier hook's address, e.g. glibc's `aligned_alloc`
+    /// = `memalign`, is left out so no block is seen twice).
     ///
     /// # Errors
     /// [`AllocAttachError::Symbols`] when `path` cannot be read.
     pub fn resolve(
         &mut self,
+        symbols: &mut ElfSymbols,
         path: &Path,
         hooks: &[(&'static str, &'static str)],
     ) -> Result<&HashMap<&'static str, u64>, AllocAttachError> {
         if !self.by_binary.contains_key(path) {
-            let offsets = read_offsets(path, hooks)?;
+            let image = symbols.image(path).map_err(|e| AllocAttachError::Symbols {
+                path: path.to_owned(),
+                detail: format!("{e:#}"),
+            })?;
+            let offsets = read_offsets(&image, hooks);
             self.by_binary.insert(path.to_owned(), offsets);
         }
         Ok(&self.by_binary[path])
@@ -182,43 +188,17 @@ impl SymbolOffsets {
 
 /// See [`SymbolOffsets::resolve`].
 fn read_offsets(
-    path: &Path,
+    image: &Image,
     hooks: &[(&'static str, &'static str)],
-) -> Result<HashMap<&'static str, u64>, AllocAttachError> {
-    let symbols_error = |detail: String| AllocAttachError::Symbols {
-        path: path.to_owned(),
-        detail,
-    };
-    let file = File::open(path).map_err(|e| symbols_error(e.to_string()))?;
-    let cache = object::ReadCache::new(file);
-    let elf = object::File::parse(&cache).map_err(|e| symbols_error(e.to_string()))?;
+) -> HashMap<&'static str, u64> {
     let mut addresses: HashMap<&str, (u64, u64)> = HashMap::new();
-    for symbol in elf.dynamic_symbols().chain(elf.symbols()) {
-        if symbol.is_undefined() || symbol.kind() != object::SymbolKind::Text {
-            continue;
-        }
-        let (Ok(name), Some(index)) = (symbol.name(), symbol.section_index()) else {
+    for &(hook, program) in hooks {
+        let Some(function) = image.function(hook) else {
             continue;
         };
-        let Some(&(hook, program)) = hooks.iter().find(|(hook, _)| *hook == name) else {
-            continue;
-        };
-        if addresses.contains_key(hook) {
-            continue;
-        }
-        let Ok(section) = elf.section_by_index(index) else {
-            continue;
-        };
-        let Some((file_offset, _)) = section.file_range() else {
-            continue;
-        };
-        let offset = symbol.address() - section.address() + file_offset;
-        let code = section
-            .data_range(symbol.address(), PROLOGUE_BYTES)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        addresses.insert(hook, (offset, probe_offset(code, arguments_of(program))));
+        let code = image.code(function, PROLOGUE_BYTES);
+        let shift = probe_offset(&code, arguments_of(program));
+        addresses.insert(hook, (function.file_offset, shift));
     }
     if addresses.contains_key(PYMALLOC_FREE) {
         addresses.retain(|hook, _| !PYMALLOC_FREE_CALLERS.contains(hook));
@@ -235,11 +215,11 @@ fn read_offsets(
             }
         }
     }
-    Ok(offsets)
+    offsets
 }
 
 /// Bytes of a function's start read to place its probe.
-const PROLOGUE_BYTES: u64 = 16;
+const PROLOGUE_BYTES: usize = 16;
 
 /// x86-64 register numbers (ModRM encoding) of the System V argument
 /// registers the entry programs read.
@@ -538,8 +518,9 @@ mod tests {
             eprintln!("skipping: no glibc libc.so.6 here");
             return;
         };
-        let mut symbols = SymbolOffsets::default();
-        let offsets = symbols.resolve(libc, &LIBC_HOOKS).unwrap();
+        let mut offsets = SymbolOffsets::default();
+        let mut symbols = ElfSymbols::new(&[]);
+        let offsets = offsets.resolve(&mut symbols, libc, &LIBC_HOOKS).unwrap();
         for symbol in ["malloc", "calloc", "realloc", "free", "posix_memalign"] {
             assert!(offsets.contains_key(symbol), "{symbol} missing");
         }

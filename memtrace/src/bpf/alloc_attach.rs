@@ -79,7 +79,10 @@ impl Tracer {
         let mut no_symbols = None;
         for (path, hooks, cookie) in candidates {
             let Some(path) = path else { continue };
-            let found = self.alloc_symbols.resolve(path, hooks).cloned();
+            let found = self
+                .alloc_symbols
+                .resolve(&mut self.symbols, path, hooks)
+                .cloned();
             match found.and_then(|o| alloc::check_symbols(path, hooks, &o).map(|()| o)) {
                 Ok(offsets) => targets.push(((path, hooks, cookie), offsets)),
                 Err(err) => {

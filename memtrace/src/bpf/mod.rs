@@ -8,21 +8,17 @@ pub mod alloc;
 mod alloc_attach;
 mod alloc_hooked;
 mod btf;
+pub mod elf_symbols;
 mod finalize;
 #[cfg(test)]
 mod live_tests;
 mod preflight;
 
-use finalize::FileIdentity;
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{
-        uprobe::{UProbeAttachLocation, UProbeError, UProbeScope},
-        BtfTracePoint, ProgramError, TracePoint, UProbe,
-    },
+    programs::{BtfTracePoint, ProgramError, TracePoint, UProbe},
     Btf, Ebpf, EbpfLoader,
 };
 use memtrace_common::{
@@ -32,10 +28,13 @@ use memtrace_common::{
 use alloc::{AllocLink, SymbolOffsets};
 use alloc_attach::{fill_exp_draws, load_alloc_programs};
 use alloc_hooked::HookedProcesses;
+use elf_symbols::ElfSymbols;
+use finalize::FinalizeProbes;
 
 pub use alloc_attach::AllocStats;
 
 pub use btf::{kernel_offsets, KernelOffsets, VMLINUX_BTF_PATH};
+pub use finalize::{teardown_symbol, ExitPoint, PYTHON_FINALIZE_SYMBOLS};
 pub use preflight::TRACEFS_PATH;
 
 /// The BPF object built by memtrace/build.rs (empty when the build ran with
@@ -113,29 +112,6 @@ const BTF_TRACEPOINTS: [&str; 4] = [
     "page_fault_kernel",
     "rss_stat",
 ];
-
-/// The uprobe that begins the exit on entry to [`PYTHON_FINALIZE_SYMBOLS`]
-/// (interpreters without [`PYTHON_TEARDOWN_SYMBOL`]).
-const PYTHON_FINALIZE_PROGRAM: &str = "python_finalize";
-/// The uprobe that marks [`PYTHON_FINALIZE_SYMBOLS`] entered (the exit
-/// begins later, at [`PYTHON_TEARDOWN_SYMBOL`]).
-const PYTHON_FINALIZE_ENTERED_PROGRAM: &str = "python_finalize_entered";
-/// The uprobe on [`PYTHON_TEARDOWN_SYMBOL`].
-const PYTHON_TEARDOWN_PROGRAM: &str = "python_finalize_teardown";
-
-/// CPython functions entered when the interpreter starts to finalize
-/// (Python/pylifecycle.c): `Py_FinalizeEx` (end of `Py_RunMain`, embedders)
-/// and `Py_Exit` (`sys.exit()` reaching the top; on 3.13+ it finalizes
-/// without calling `Py_FinalizeEx`). Both are exported in `.dynsym` of
-/// libpython and of Debian's static interpreter.
-pub const PYTHON_FINALIZE_SYMBOLS: [&str; 2] = ["Py_FinalizeEx", "Py_Exit"];
-
-/// The function `Py_FinalizeEx` calls (3.11, 3.12; exported) once it has
-/// joined the non-daemon threads and run the `atexit` handlers, right
-/// before the interpreter frees its objects: where a Python process's exit
-/// begins. Also called after `os.fork()` in the child, which the BPF
-/// program ignores (finalization was not entered).
-pub const PYTHON_TEARDOWN_SYMBOL: &str = "_PyThreadState_DeleteExcept";
 
 /// Errors of loading, attaching and reading the BPF side.
 #[derive(Debug, thiserror::Error)]
@@ -216,6 +192,14 @@ pub enum BpfError {
         type_name: String,
         /// The field.
         field: String,
+    },
+    /// A probed binary's symbols could not be read.
+    #[error("cannot read the symbols of `{}`: {detail}", path.display())]
+    Symbols {
+        /// The binary.
+        path: PathBuf,
+        /// Why.
+        detail: String,
     },
     /// The eBPF object was not built into this binary.
     #[error(
@@ -309,8 +293,10 @@ pub struct ProgramSize {
 /// The loaded BPF side: owns the programs (detached when dropped) and maps.
 pub struct Tracer {
     ebpf: Ebpf,
-    /// Binaries whose CPython finalization entry points are probed.
-    finalize_attached: HashSet<FileIdentity>,
+    /// The functions of the binaries probed, read once per image.
+    symbols: ElfSymbols,
+    /// Where each probed binary's processes begin to exit.
+    finalize: FinalizeProbes,
     /// Allocator mode: symbol offsets per binary.
     alloc_symbols: SymbolOffsets,
     /// Allocator mode: the probes attached for each process.
@@ -384,10 +370,17 @@ impl Tracer {
         }
         Ok(Self {
             ebpf,
-            finalize_attached: HashSet::new(),
+            symbols: ElfSymbols::new(&[]),
+            finalize: FinalizeProbes::default(),
             alloc_symbols: SymbolOffsets::default(),
             alloc_links: HookedProcesses::default(),
         })
+    }
+
+    /// Looks for separate debug files under each of `dirs` (`--debug-dir`)
+    /// before `/usr/lib/debug` (see [`elf_symbols`]).
+    pub fn set_debug_dirs(&mut self, dirs: &[PathBuf]) {
+        self.symbols = ElfSymbols::new(dirs);
     }
 
     /// Attaches every program to its tracepoint.
@@ -547,41 +540,13 @@ fn load_programs(ebpf: &mut Ebpf) -> Result<(), BpfError> {
             .load(program, &btf)
             .map_err(|source| program_error(program, "load", source))?;
     }
-    for program in [
-        PYTHON_FINALIZE_PROGRAM,
-        PYTHON_FINALIZE_ENTERED_PROGRAM,
-        PYTHON_TEARDOWN_PROGRAM,
-    ] {
+    for program in finalize::PROGRAMS {
         let uprobe: &mut UProbe = program_mut(ebpf, program)?;
         uprobe
             .load()
             .map_err(|source| program_error(program, "load", source))?;
     }
     Ok(())
-}
-
-/// Attaches uprobe `program` to each of `symbols` found in `binary`;
-/// whether any was found.
-fn attach_uprobe(
-    ebpf: &mut Ebpf,
-    program: &'static str,
-    symbols: &[&str],
-    binary: &Path,
-) -> Result<bool, BpfError> {
-    let uprobe: &mut UProbe = program_mut(ebpf, program)?;
-    let mut attached = false;
-    for &symbol in symbols {
-        match uprobe.attach(
-            UProbeAttachLocation::Symbol(symbol),
-            binary,
-            UProbeScope::AllProcesses,
-        ) {
-            Ok(_) => attached = true,
-            Err(ProgramError::UProbeError(UProbeError::SymbolError { .. })) => {}
-            Err(source) => return Err(program_error(program, "attach", source)),
-        }
-    }
-    Ok(attached)
 }
 
 /// The program `name` as a `T`.
@@ -641,7 +606,12 @@ mod tests {
                 "{program} missing"
             );
         }
-        assert!(object.iter().any(|name| name == PYTHON_FINALIZE_PROGRAM));
+        for program in finalize::PROGRAMS {
+            assert!(
+                object.iter().any(|name| name == program),
+                "{program} missing"
+            );
+        }
         for program in alloc::ENTRY_PROGRAMS
             .into_iter()
             .chain([alloc::RETURN_PROGRAM])

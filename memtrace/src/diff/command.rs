@@ -14,7 +14,7 @@ use super::table::render_table;
 use super::{DiffError, Sides};
 use crate::aggregate::Report;
 use crate::capture;
-use crate::cli::DiffArgs;
+use crate::cli::{DiffArgs, DiffFormatArg};
 use crate::report::Format;
 
 /// Nanoseconds per second, for times shown in seconds.
@@ -166,26 +166,70 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
     let format = diff_format(args)?;
     let (diff, sides) = load(&plan)?;
     write_output(args.output.as_deref(), args.force, |out| match format {
-        Format::Flamegraph => render_flamegraph(&diff, &sides, Measure::default(), out),
-        _ => render_table(&diff, &sides, out).map_err(DiffError::from_io(Path::new("-"))),
+        DiffFormatArg::Flamegraph => render_flamegraph(&diff, &sides, Measure::default(), out),
+        DiffFormatArg::Json => render_json(&diff, &sides, out),
+        DiffFormatArg::Table => {
+            render_table(&diff, &sides, args.top, out).map_err(DiffError::from_io(Path::new("-")))
+        }
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// The format `diff` draws: `--format`, else the name of `-o FILE`, else
-/// the table.
+/// The format `diff` draws: `--format`, else the name of `-o FILE`
+/// (`.svg`, `.json`, `.txt`), else the table.
 ///
 /// # Errors
 /// [`DiffError::Format`] for a name that says no format,
-/// [`DiffError::UnsupportedFormat`] for a format `diff` does not draw.
-fn diff_format(args: &DiffArgs) -> Result<Format, DiffError> {
-    let format = crate::report::output_format(args.format.map(Into::into), args.output.as_deref())?;
-    if !matches!(format, Format::Table | Format::Flamegraph) {
-        return Err(DiffError::UnsupportedFormat {
-            format: crate::report::format_name(format).to_owned(),
-        });
+/// [`DiffError::UnsupportedFormat`] for a report format `diff` does not
+/// write.
+fn diff_format(args: &DiffArgs) -> Result<DiffFormatArg, DiffError> {
+    if let Some(format) = args.format {
+        return Ok(format);
     }
-    Ok(format)
+    match crate::report::output_format(None, args.output.as_deref())? {
+        Format::Table => Ok(DiffFormatArg::Table),
+        Format::Flamegraph => Ok(DiffFormatArg::Flamegraph),
+        Format::Json => Ok(DiffFormatArg::Json),
+        other => Err(DiffError::UnsupportedFormat {
+            format: crate::report::format_name(other).to_owned(),
+        }),
+    }
+}
+
+/// The diff as pretty JSON: both sides' names and lengths, whether growth
+/// is compared per second, the summary, the processes, then the paths one
+/// per Python line ([`Diff::python_lines`]; frames as in the report's
+/// JSON, bytes as integers, not per second).
+fn render_json(diff: &Diff, sides: &Sides, out: &mut dyn Write) -> Result<(), DiffError> {
+    #[derive(serde::Serialize)]
+    struct DiffJson<'a> {
+        before: &'a str,
+        after: &'a str,
+        before_duration_ns: u64,
+        after_duration_ns: u64,
+        grown_per_second: bool,
+        summary: super::matching::Summary,
+        processes: &'a [super::ProcessDiff],
+        live_rss_end_before_bytes: u64,
+        live_rss_end_after_bytes: u64,
+        paths: Vec<super::PathDiff>,
+    }
+    let json = DiffJson {
+        before: &sides.before,
+        after: &sides.after,
+        before_duration_ns: diff.before_duration_ns,
+        after_duration_ns: diff.after_duration_ns,
+        grown_per_second: diff.grown_per_second(),
+        summary: diff.summary(),
+        processes: &diff.processes,
+        live_rss_end_before_bytes: diff.live_rss_end_before_bytes,
+        live_rss_end_after_bytes: diff.live_rss_end_after_bytes,
+        paths: diff.python_lines(),
+    };
+    serde_json::to_writer_pretty(&mut *out, &json)
+        .map_err(io::Error::from)
+        .and_then(|()| writeln!(out))
+        .map_err(DiffError::from_io(Path::new("-")))
 }
 
 /// Reads the capture at `path`, its warnings to standard error.
@@ -241,7 +285,7 @@ fn duration_ns(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::FormatArg;
+    use crate::cli::DiffFormatArg as FormatArg;
 
     fn args(after: Option<&str>, window: Option<(u64, u64)>, format: FormatArg) -> DiffArgs {
         DiffArgs {
@@ -250,6 +294,7 @@ mod tests {
             from: window.map(|(from, _)| Duration::from_secs(from)),
             to: window.map(|(_, to)| Duration::from_secs(to)),
             format: Some(format),
+            top: 20,
             output: None,
             force: false,
         }
@@ -279,9 +324,11 @@ mod tests {
     #[test]
     fn bad_plans_are_clear_errors() {
         let message = |a: DiffArgs| Plan::from_args(&a).unwrap_err().to_string();
+        let mut html = args(Some("b"), None, FormatArg::Json);
+        (html.format, html.output) = (None, Some(PathBuf::from("d.html")));
         assert_eq!(
-            message(args(Some("b"), None, FormatArg::Folded)),
-            "`memtrace diff` draws `table` or `flamegraph`, not `folded`"
+            diff_format(&html).unwrap_err().to_string(),
+            "`memtrace diff` writes `table`, `flamegraph` or `json`, not `html`"
         );
         assert_eq!(
             message(args(None, None, FormatArg::Table)),

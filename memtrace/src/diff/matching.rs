@@ -39,7 +39,7 @@ impl Measure {
 
 /// One call stack's sampled bytes on one side, summed over the side's
 /// process images.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PathBytes {
     /// Held at the end: what its pages still held when each image ended
     /// (exec, start of its exit, or the end of the side), in bytes.
@@ -57,8 +57,21 @@ impl PathBytes {
     }
 }
 
+/// [`Diff::summary`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    /// Paths that hold more at the end of the later side.
+    pub paths_holding_more: usize,
+    /// Paths that hold less.
+    pub paths_holding_less: usize,
+    /// Every path's bytes on the earlier side, summed.
+    pub before: PathBytes,
+    /// The same on the later side.
+    pub after: PathBytes,
+}
+
 /// One call stack on both sides.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PathDiff {
     /// The call stack, outermost frame first (the native frame and any
     /// mapping last).
@@ -87,7 +100,7 @@ impl PathDiff {
 }
 
 /// One side of a [`ProcessDiff`]: the process image in one report.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ProcessSide {
     /// How the capture names it (`tgid 4312`, `tgid 4312#2, image 1`; see
     /// [`ProcessReport::name`]).
@@ -100,7 +113,7 @@ pub struct ProcessSide {
 }
 
 /// One process image matched across the two reports, or found in one only.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ProcessDiff {
     /// Short name (see [`ProcessReport::label`]).
     pub label: String,
@@ -135,6 +148,71 @@ pub struct Diff {
     pub live_rss_end_before_bytes: u64,
     /// The same for the later report.
     pub live_rss_end_after_bytes: u64,
+    /// How long the earlier side covers, in nanoseconds.
+    pub before_duration_ns: u64,
+    /// How long the later side covers, in nanoseconds.
+    pub after_duration_ns: u64,
+}
+
+/// Sides whose lengths differ by more than this fraction of the longer
+/// one have their growth compared per second ([`Diff::grown_per_second`]).
+const LENGTH_TOLERANCE: f64 = 0.1;
+
+impl Diff {
+    /// Whether the two sides differ in length by more than 10%: their
+    /// growth is then compared in bytes per second (a path growing at one
+    /// pace grows twice as much in a window twice as long); held bytes are
+    /// levels, compared as they are.
+    pub fn grown_per_second(&self) -> bool {
+        let (a, b) = (self.before_duration_ns, self.after_duration_ns);
+        let longer = a.max(b);
+        longer > 0 && (a.abs_diff(b) as f64) > LENGTH_TOLERANCE * longer as f64
+    }
+
+    /// The comparison in a few numbers: how many paths hold more and less,
+    /// and what all paths held at the end and grew on each side.
+    pub fn summary(&self) -> Summary {
+        let mut summary = Summary::default();
+        for path in &self.paths {
+            match path.held_delta_bytes().signum() {
+                1 => summary.paths_holding_more += 1,
+                -1 => summary.paths_holding_less += 1,
+                _ => {}
+            }
+            summary.before.add(path.before);
+            summary.after.add(path.after);
+        }
+        summary
+    }
+
+    /// The paths with one row per Python line: the stacks that differ only
+    /// in the native frames under their innermost Python (or marker) frame
+    /// summed into one, those native frames dropped; sorted as
+    /// [`Diff::paths`].
+    pub fn python_lines(&self) -> Vec<PathDiff> {
+        let mut before: BTreeMap<Vec<Frame>, PathBytes> = BTreeMap::new();
+        let mut after: BTreeMap<Vec<Frame>, PathBytes> = BTreeMap::new();
+        for path in &self.paths {
+            let line = python_line(&path.frames);
+            if path.before != PathBytes::default() {
+                before.entry(line.to_vec()).or_default().add(path.before);
+            }
+            if path.after != PathBytes::default() {
+                after.entry(line.to_vec()).or_default().add(path.after);
+            }
+        }
+        compare_paths(before, after)
+    }
+
+    /// `bytes` grown on the side of `duration_ns` as the table compares
+    /// them: per second when [`Self::grown_per_second`], else as they are.
+    pub fn grown_compared(&self, bytes: u64, duration_ns: u64) -> u64 {
+        if self.grown_per_second() && duration_ns > 0 {
+            (bytes as f64 * 1e9 / duration_ns as f64).round() as u64
+        } else {
+            bytes
+        }
+    }
 }
 
 /// `after - before` as a signed byte count, saturated.
@@ -156,6 +234,8 @@ pub fn diff(before: &Report, after: &Report) -> Diff {
         processes: pair_by_command(before, after),
         live_rss_end_before_bytes: before.totals.live_rss_end_bytes,
         live_rss_end_after_bytes: after.totals.live_rss_end_bytes,
+        before_duration_ns: before.meta.duration_ns,
+        after_duration_ns: after.meta.duration_ns,
     }
 }
 
@@ -216,6 +296,11 @@ pub fn diff_windows(
         processes: process_diffs(pairs, name),
         live_rss_end_before_bytes: first.totals.live_rss_end_bytes,
         live_rss_end_after_bytes: second.totals.live_rss_end_bytes,
+        before_duration_ns: second_from_ns,
+        after_duration_ns: through_second
+            .meta
+            .duration_ns
+            .saturating_sub(second_from_ns),
     }
 }
 
@@ -261,6 +346,20 @@ fn sum_paths(
         }
     }
     sums
+}
+
+/// What a row of [`Diff::python_lines`] is keyed by: a stack without the native frames under
+/// its innermost Python (or marker) frame, so one Python line is one row
+/// whatever native leaf its bytes came through; a stack of native frames
+/// only stays whole.
+fn python_line(frames: &[Frame]) -> &[Frame] {
+    match frames
+        .iter()
+        .rposition(|f| !matches!(f, Frame::Native { .. }))
+    {
+        Some(last) => &frames[..=last],
+        None => frames,
+    }
 }
 
 /// Joins both sides' sums by frames, sorted by held delta, then grown

@@ -39,7 +39,7 @@ pub enum DiffError {
     #[error(transparent)]
     Format(#[from] crate::report::ReportError),
     /// `--format` names a format `diff` cannot draw.
-    #[error("`memtrace diff` draws `table` or `flamegraph`, not `{format}`")]
+    #[error("`memtrace diff` writes `table`, `flamegraph` or `json`, not `{format}`")]
     UnsupportedFormat {
         /// The format asked for, as typed.
         format: String,

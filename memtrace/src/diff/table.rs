@@ -4,32 +4,65 @@
 
 use std::io::{self, Write};
 
-use super::matching::{signed_delta, Diff, PathBytes, ProcessSide};
+use super::matching::{signed_delta, Diff, ProcessSide};
 use super::Sides;
 use crate::report::table::frame_lines;
 use crate::units::{format_bytes, format_signed_bytes};
 
-/// Most growth paths the table lists; the rest are counted.
-const MAX_PATHS_SHOWN: usize = 20;
-
 /// Width of the process name columns (`tgid 4312#2, image 1` fits).
 const NAME_WIDTH: usize = 20;
 
-/// Writes `diff` as a terminal table: a header naming both sides, the
-/// processes (name and RSS at the end of each side, and the delta; matched
-/// pairs first), the live RSS totals, then at most 20 growth paths by the
-/// change of what they held at the end, each with its held and grown bytes
-/// before, after and the change, and its frames innermost first (Python
-/// frames, then the native frames under them).
+/// Writes `diff` as a terminal table: a header naming both sides, a
+/// summary line (and, for sides of unequal length, that growth is compared
+/// per second), the processes (name and RSS at the end of each side, and
+/// the delta; matched pairs first), the live RSS totals, then at most `top`
+/// growth paths (one per Python line) by the change of what they held at
+/// the end, each with its held and grown bytes before, after and the
+/// change, and its frames innermost first.
 ///
 /// # Errors
 /// Any error of `out`.
-pub fn render_table(diff: &Diff, sides: &Sides, out: &mut dyn Write) -> io::Result<()> {
+pub fn render_table(diff: &Diff, sides: &Sides, top: usize, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "memtrace diff")?;
     writeln!(out, "  before: {}", sides.before)?;
     writeln!(out, "  after:  {}", sides.after)?;
+    writeln!(out, "{}", summary_line(diff))?;
+    if diff.grown_per_second() {
+        writeln!(
+            out,
+            "  the sides differ in length ({:.1} s before, {:.1} s after): GROWN is compared \
+             in bytes per second; HELD (a level) as it is",
+            diff.before_duration_ns as f64 / 1e9,
+            diff.after_duration_ns as f64 / 1e9
+        )?;
+    }
     process_table(diff, out)?;
-    path_table(diff, out)
+    path_table(diff, top, out)
+}
+
+/// `summary: 3 paths hold more, 1 less; held at the end 10.0 MiB → 52.0
+/// MiB (+42.0 MiB); grown 60.0 MiB → 95.0 MiB (+35.0 MiB)` (grown per
+/// second when the sides differ in length).
+pub(super) fn summary_line(diff: &Diff) -> String {
+    let s = diff.summary();
+    let grown = |bytes: u64, duration_ns: u64| diff.grown_compared(bytes, duration_ns);
+    let (grown_before, grown_after) = (
+        grown(s.before.grown_bytes, diff.before_duration_ns),
+        grown(s.after.grown_bytes, diff.after_duration_ns),
+    );
+    let unit = if diff.grown_per_second() { "/s" } else { "" };
+    format!(
+        "summary: {} paths hold more, {} less; held at the end {} → {} ({}); grown {}{unit} → \
+         {}{unit} ({}{unit})",
+        s.paths_holding_more,
+        s.paths_holding_less,
+        format_bytes(s.before.held_bytes),
+        format_bytes(s.after.held_bytes),
+        format_signed_bytes(signed_delta(s.before.held_bytes, s.after.held_bytes)),
+        format_bytes(grown_before),
+        format_bytes(grown_after),
+        format_signed_bytes(signed_delta(grown_before, grown_after)),
+    )
 }
 
 fn process_table(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
@@ -79,14 +112,20 @@ fn side_columns(side: Option<&ProcessSide>) -> (String, String) {
     )
 }
 
-fn path_table(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
+fn path_table(diff: &Diff, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    let paths = diff.python_lines();
     writeln!(out)?;
     writeln!(
         out,
-        "Paths by change of memory held at the end (sampled, summed over processes; grown: \
-         every first touch; innermost frame first)"
+        "Paths by change of memory held at the end (sampled, summed over processes, one per \
+         Python line; grown: every first touch{}; innermost frame first)",
+        if diff.grown_per_second() {
+            ", per second"
+        } else {
+            ""
+        }
     )?;
-    if diff.paths.is_empty() {
+    if paths.is_empty() {
         return writeln!(
             out,
             "  none: no memory was held or grown with a stack on either side"
@@ -97,25 +136,27 @@ fn path_table(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
         "{:>4} {:>12} {:>12} {:>12}  {:>12} {:>12} {:>12}",
         "", "HELD BEFORE", "HELD AFTER", "HELD DELTA", "GROWN BEFORE", "GROWN AFTER", "GROWN DELTA"
     )?;
-    for (rank, path) in diff.paths.iter().take(MAX_PATHS_SHOWN).enumerate() {
-        let bytes = |b: PathBytes| (format_bytes(b.held_bytes), format_bytes(b.grown_bytes));
-        let ((held_before, grown_before), (held_after, grown_after)) =
-            (bytes(path.before), bytes(path.after));
+    for (rank, path) in paths.iter().take(top).enumerate() {
+        let grown_before = diff.grown_compared(path.before.grown_bytes, diff.before_duration_ns);
+        let grown_after = diff.grown_compared(path.after.grown_bytes, diff.after_duration_ns);
         writeln!(
             out,
-            "{:>3}. {held_before:>12} {held_after:>12} {:>12}  {grown_before:>12} \
-             {grown_after:>12} {:>12}",
+            "{:>3}. {:>12} {:>12} {:>12}  {:>12} {:>12} {:>12}",
             rank + 1,
+            format_bytes(path.before.held_bytes),
+            format_bytes(path.after.held_bytes),
             format_signed_bytes(path.held_delta_bytes()),
-            format_signed_bytes(path.grown_delta_bytes()),
+            format_bytes(grown_before),
+            format_bytes(grown_after),
+            format_signed_bytes(signed_delta(grown_before, grown_after)),
         )?;
         frame_lines(&path.frames, out)?;
     }
-    if diff.paths.len() > MAX_PATHS_SHOWN {
+    if paths.len() > top {
         writeln!(
             out,
-            "  … {} more paths with a smaller change",
-            diff.paths.len() - MAX_PATHS_SHOWN
+            "  … {} more paths with a smaller change (--top N shows more)",
+            paths.len() - top
         )?;
     }
     Ok(())

@@ -194,6 +194,7 @@ pub(crate) fn lifecycle_report() -> Report {
                 date_utc: "2026-01-02T03:04:05Z".to_owned(),
                 memtrace_version: "0.1.0".to_owned(),
             },
+            exit_point_caveats: Vec::new(),
         },
     )
 }

@@ -177,6 +177,20 @@ pub fn format_name(format: Format) -> &'static str {
     }
 }
 
+/// File name ending of each `--format` written at the end of `record`/`run`
+/// (after the run's stem); `None` for the formats always written (folded,
+/// JSON).
+pub fn format_extension(format: Format) -> Option<&'static str> {
+    match format {
+        Format::Table => Some("txt"),
+        Format::Flamegraph => Some("svg"),
+        Format::Speedscope => Some("speedscope.json"),
+        Format::Pprof => Some("pb.gz"),
+        Format::Html => Some("html"),
+        Format::Folded | Format::Json => None,
+    }
+}
+
 /// Most numbered alternatives [`write_files`] tries when a name is taken.
 const MAX_NAME_ATTEMPTS: u32 = 100;
 

@@ -75,6 +75,11 @@ pub struct RunMeta {
     /// captures of older versions and in ones cut off before their end).
     #[serde(default)]
     pub origin: Origin,
+    /// Per CPython binary whose exit-point symbol was missing, which and
+    /// what that costs (`bpf::ExitPoint::caveat`); empty when every exit
+    /// was found where the interpreter is about to free its objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exit_point_caveats: Vec<String>,
 }
 
 /// Where, when and by which memtrace a run was recorded: what every report

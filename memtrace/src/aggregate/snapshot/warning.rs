@@ -81,6 +81,12 @@ pub enum Warning {
         /// Sampled bytes without an address.
         bytes: u64,
     },
+    /// A CPython binary's exit point was found later than where the
+    /// interpreter starts to free its objects, or not at all.
+    ExitPoint {
+        /// Which symbol was missing and what that costs.
+        caveat: String,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -119,6 +125,7 @@ impl fmt::Display for Warning {
                  page fault) and counts as held until the process ends",
                 crate::units::format_bytes(*bytes)
             ),
+            Self::ExitPoint { caveat } => f.write_str(caveat),
         }
     }
 }

@@ -16,7 +16,7 @@ fn sides() -> Sides {
 fn table_lists_processes_then_paths_with_held_and_grown_before_after_delta() {
     let (before, after) = before_after();
     let mut out = Vec::new();
-    render_table(&diff(&before, &after), &sides(), &mut out).unwrap();
+    render_table(&diff(&before, &after), &sides(), 20, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(
         text.starts_with("memtrace diff\n  before: `a.capture`\n  after:  `b.capture`\n"),
@@ -35,7 +35,6 @@ Total RSS of the live processes at the end: 60.0 MiB → 90.0 MiB (+30.0 MiB)
         append (app/cache.py:42)
         handle (app/views.py:10)
         <module> (server.py:1)
-        native: PyList_Append
   2.          0 B      5.0 MiB     +5.0 MiB           0 B      5.0 MiB     +5.0 MiB
         render (app/html.py:3)
 ";
@@ -46,6 +45,62 @@ Total RSS of the live processes at the end: 60.0 MiB → 90.0 MiB (+30.0 MiB)
         ),
         "{text}"
     );
+    assert!(
+        text.contains(
+            "summary: 3 paths hold more, 0 less; held at the end 10.0 MiB → 37.0 MiB \
+             (+27.0 MiB); grown 18.0 MiB → 75.0 MiB (+57.0 MiB)\n"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn one_python_line_is_one_row_whatever_its_native_leaf() {
+    let (before, _) = before_after();
+    // The same Python line through another native leaf: the same row.
+    let mut other_leaf = leak_stack();
+    *other_leaf.last_mut().unwrap() = native("PyDict_SetItem");
+    let after = run(
+        200,
+        201,
+        70,
+        &[(true, leak_stack(), 30, 30), (true, other_leaf, 6, 6)],
+    );
+    let d = diff(&before, &after);
+    let lines = d.python_lines();
+    let leak: Vec<&PathDiff> = lines
+        .iter()
+        .filter(|p| p.frames.last() == Some(&py("append", "app/cache.py", 42)))
+        .collect();
+    assert_eq!(leak.len(), 1, "{lines:#?}");
+    assert_eq!(leak[0].after, bytes(36, 36));
+    assert_eq!(leak[0].before, bytes(10, 10));
+}
+
+#[test]
+fn sides_of_unequal_length_compare_growth_per_second_and_say_so() {
+    let (mut before, after) = before_after();
+    // 10 s before, 20 s after.
+    before.meta.duration_ns = 10_000_000_000;
+    let mut after = after;
+    after.meta.duration_ns = 20_000_000_000;
+    let d = diff(&before, &after);
+    assert!(
+        d.grown_per_second(),
+        "{} vs {}",
+        d.before_duration_ns,
+        d.after_duration_ns
+    );
+    let mut out = Vec::new();
+    render_table(&d, &sides(), 20, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("the sides differ in length") && text.contains("bytes per second"),
+        "{text}"
+    );
+    assert!(text.contains("first touch, per second"), "{text}");
+    let (before, after) = before_after();
+    assert!(!diff(&before, &after).grown_per_second());
 }
 
 #[test]
@@ -53,7 +108,7 @@ fn empty_diffs_say_so_and_draw_no_flame_graph() {
     let empty = run(1, 2, 10, &[]);
     let d = diff(&empty, &empty);
     let mut out = Vec::new();
-    render_table(&d, &sides(), &mut out).unwrap();
+    render_table(&d, &sides(), 20, &mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(
         text.contains("  none: no memory was held or grown with a stack on either side"),
