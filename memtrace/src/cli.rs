@@ -456,9 +456,9 @@ pub struct CommonArgs {
     /// With --allocations: `sampler` (the default of `run`) loads memtrace's
     /// sampler library into the command (LD_PRELOAD and a sitecustomize
     /// first on PYTHONPATH), which samples in the process and enters the
-    /// kernel for sampled blocks only (about 1.1-1.4x on allocation-heavy
+    /// kernel for sampled blocks only (1.0-2.0x on allocation-heavy
     /// code); `uprobes` (the default and only way of `record`) traps every
-    /// allocator call into the kernel (about 2 us a call: many times
+    /// allocator call into the kernel (2-13 us a call: many times
     /// slower).
     #[arg(long, value_enum, value_name = "HOOKS")]
     pub alloc_hooks: Option<AllocHooksArg>,

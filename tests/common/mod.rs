@@ -227,7 +227,8 @@ impl Trace {
 
 /// The environment variable that picks the allocator hooks of the
 /// allocator-mode tests: `sampler` or `uprobes` (unset: `run`'s default,
-/// the sampler). `cargo xtask test` runs them under both.
+/// the sampler); `MEMTRACE_TEST_ALLOC_HOOKS=uprobes cargo xtask test` runs
+/// them under the uprobes.
 pub const ALLOC_HOOKS_ENV: &str = "MEMTRACE_TEST_ALLOC_HOOKS";
 
 /// `--alloc-hooks` and [`ALLOC_HOOKS_ENV`]'s value, when it is set.

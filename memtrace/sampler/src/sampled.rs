@@ -2,10 +2,12 @@
 //! [`BUCKETS`] cache-line buckets of [`SLOTS`] addresses each, written with
 //! compare-and-swap only (no lock, no GIL: safe on free-threaded builds and
 //! across sub-interpreters, which share the process's allocators). A free
-//! looks in one bucket; a block whose bucket is full is not kept (its
-//! allocation marker says so, and its free is not reported).
+//! first reads one byte of [`FILTER`] (16 KiB, mostly in the L1 cache): its
+//! count of kept blocks of that half-bucket; only a nonzero count looks in
+//! the bucket. A block whose bucket is full is not kept (its allocation
+//! marker says so, and its free is not reported).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// Buckets of the table (a power of two).
 pub const BUCKETS: usize = 8192;
@@ -19,24 +21,36 @@ struct Bucket([AtomicUsize; SLOTS]);
 static TABLE: [Bucket; BUCKETS] =
     [const { Bucket([const { AtomicUsize::new(0) }; SLOTS]) }; BUCKETS];
 
-/// Blocks in the table: frees skip the lookup while it is 0.
-static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Slots of [`FILTER`]: two per bucket.
+const FILTER_SLOTS: usize = 2 * BUCKETS;
 
-/// The bucket of address `addr` (Fibonacci hashing of its 16-byte units).
+/// Kept blocks per half-bucket (at most [`SLOTS`] each: no overflow).
+static FILTER: [AtomicU8; FILTER_SLOTS] = [const { AtomicU8::new(0) }; FILTER_SLOTS];
+
+/// The [`FILTER`] slot of address `addr` (Fibonacci hashing of its 16-byte
+/// units); its bucket is the slot halved.
+#[inline(always)]
+fn filter_slot(addr: usize) -> usize {
+    let hash = ((addr as u64) >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (hash >> (64 - FILTER_SLOTS.trailing_zeros())) as usize
+}
+
+/// The bucket of address `addr`.
 #[inline(always)]
 fn bucket(addr: usize) -> &'static Bucket {
-    let hash = ((addr as u64) >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    &TABLE[(hash >> (64 - BUCKETS.trailing_zeros())) as usize]
+    &TABLE[filter_slot(addr) / 2]
 }
 
 /// Keeps sampled block `addr` (nonzero); false when its bucket is full.
+/// Called before the block is handed to the program, so its free comes
+/// after.
 pub fn insert(addr: usize) -> bool {
     for slot in &bucket(addr).0 {
         if slot
             .compare_exchange(0, addr, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            LIVE.fetch_add(1, Ordering::Relaxed);
+            FILTER[filter_slot(addr)].fetch_add(1, Ordering::Release);
             return true;
         }
     }
@@ -46,7 +60,8 @@ pub fn insert(addr: usize) -> bool {
 /// Takes block `addr` out; whether it was there (sampled).
 #[inline(always)]
 pub fn remove(addr: usize) -> bool {
-    if LIVE.load(Ordering::Relaxed) == 0 {
+    let filter = &FILTER[filter_slot(addr)];
+    if filter.load(Ordering::Acquire) == 0 {
         return false;
     }
     for slot in &bucket(addr).0 {
@@ -55,7 +70,7 @@ pub fn remove(addr: usize) -> bool {
                 .compare_exchange(addr, 0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
-            LIVE.fetch_sub(1, Ordering::Relaxed);
+            filter.fetch_sub(1, Ordering::Release);
             return true;
         }
     }

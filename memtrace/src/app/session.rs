@@ -47,7 +47,7 @@ const UPROBES_COST: &str = "allocator mode with uprobes: every allocator call of
 /// (README, "Allocator mode").
 const SAMPLER_COST: &str = "allocator mode with the in-process sampler: memtrace's sampler \
      library is preloaded into the command and wraps CPython's allocators and libc malloc; \
-     allocation-heavy code runs about 1.1-1.4x slower";
+     allocation-heavy code ran 1.0-2.0x slower in the bench (memray: 1.4-4.1x)";
 
 /// How often the kernel's per-process counters are read (the recorder keeps
 /// about one read per process per second for the RSS timeline, with PSS and
