@@ -23,8 +23,10 @@ use std::{
 use common::{memtrace, python_3_11, require_ebpf, script, stderr_of, stdout_of};
 
 /// Most lines of the terminal report above the verdict for the demo
-/// service (a master, 4 workers, the load generator): about one screen.
-const LINE_BUDGET: usize = 70;
+/// service (a master, 4 workers, the load generator): about one screen
+/// (measured 66 to 72 under record --pid MASTER; the warnings about
+/// incomplete stacks vary by a few lines).
+const LINE_BUDGET: usize = 80;
 
 /// memtrace's exit status when the gate trips (README, "A gate for CI").
 const GATE_EXIT_STATUS: i32 = 86;
