@@ -64,9 +64,9 @@ pub struct SinkArgs {
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("targets").args(["pids", "matching", "cgroup"])))]
 pub struct AgentArgs {
-    /// Trace this process and what it forks (repeatable); by default every
-    /// Python process on the host is traced.
-    #[arg(long = "pid", value_name = "PID")]
+    /// Trace this process and what it forks (several after one flag, or the
+    /// flag repeated); by default every Python process on the host is traced.
+    #[arg(long = "pid", value_name = "PID", num_args = 1..)]
     pub pids: Vec<u32>,
     /// Trace every process whose command line (arguments joined with
     /// spaces) matches this regular expression, and what it forks.
@@ -352,9 +352,10 @@ pub struct DiffArgs {
 /// Arguments of `memtrace record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// Process to attach to; repeat for several. Its existing descendants are
-    /// traced too unless --no-follow-forks is given.
-    #[arg(long = "pid", value_name = "PID", required = true)]
+    /// Process to attach to; several after one flag (`--pid $(pgrep -f
+    /// app.py)`) or the flag repeated. Its existing descendants are traced
+    /// too unless --no-follow-forks is given.
+    #[arg(long = "pid", value_name = "PID", required = true, num_args = 1..)]
     pub pids: Vec<u32>,
     /// Allow `--pid 1` with its forks followed: PID 1 is the ancestor of
     /// every process, so this traces the whole machine.

@@ -194,16 +194,20 @@ mod tests {
 
     #[test]
     fn a_python_child_of_this_test_is_found_once_and_not_when_traced() {
+        // A marker of this test process's own, so that another run of this
+        // test at the same time (another checkout's) is not found.
+        let marker = format!("discovery-test-marker-{}", std::process::id());
         let mut child = std::process::Command::new("/usr/bin/python3")
-            .args(["-c", "import time; time.sleep(30)", "discovery-test-marker"])
+            .args(["-c", "import time; time.sleep(30)", &marker])
             .spawn()
             .expect("python3 starts");
         let pid = child.id();
-        let regex = Regex::new("discovery-test-marker").expect("regex");
+        let regex = Regex::new(&marker).expect("regex");
         let mut discovery = Discovery::new(Selector::Match(regex), Vec::new());
-        // The exec into python may not have happened at the first poll.
+        // The exec into python may not have happened at the first poll (up
+        // to 10 s on a loaded machine).
         let mut found = Vec::new();
-        for _ in 0..50 {
+        for _ in 0..500 {
             found = discovery.poll(|_| false).expect("poll");
             if !found.is_empty() {
                 break;

@@ -51,14 +51,19 @@ pub(super) async fn run(args: AgentArgs) -> Result<ExitCode> {
     session.recorder.drop_path_timelines();
     let mut discovery = Discovery::new(selector, proc::self_and_ancestors());
     discover(&mut session, &mut discovery)?;
+    let traced = session.tree.live().count();
     eprintln!(
-        "memtrace agent: tracing {} processes; a window every {}{}",
-        session.tree.live().count(),
+        "memtrace agent: tracing {traced} processes{}; a window every {}{}",
+        if traced == 0 {
+            " (none matches yet: new ones are picked up within a second)"
+        } else {
+            ""
+        },
         humantime::format_duration(args.interval),
         fleet
-            .names()
+            .destinations()
             .iter()
-            .map(|name| format!(", to {name}"))
+            .map(|destination| format!(", to {destination}"))
             .collect::<String>()
     );
     let mut sigterm = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;

@@ -68,9 +68,9 @@ impl Fleet {
         Ok((!fleet.sinks.is_empty()).then_some(fleet))
     }
 
-    /// The sinks' names, for the start line.
-    pub(super) fn names(&self) -> Vec<&str> {
-        self.sinks.iter().map(|s| s.name()).collect()
+    /// Where the sinks deliver, for the start line.
+    pub(super) fn destinations(&self) -> Vec<String> {
+        self.sinks.iter().map(|s| s.destination()).collect()
     }
 
     /// Whether the next window is due.

@@ -64,6 +64,10 @@ impl Sink for PrometheusSink {
         "prometheus"
     }
 
+    fn destination(&self) -> String {
+        format!("prometheus at http://{}/metrics", self.addr)
+    }
+
     fn send(&mut self, window: &Window) -> anyhow::Result<()> {
         let text = render(window, self.top);
         let mut page = self

@@ -123,6 +123,12 @@ pub trait Sink {
     /// `otlp`, `pyroscope`).
     fn name(&self) -> &str;
 
+    /// Where it delivers, for the agent's start line (`prometheus at
+    /// http://127.0.0.1:9464/metrics`); its name by default.
+    fn destination(&self) -> String {
+        self.name().to_owned()
+    }
+
     /// Delivers (or queues) one window.
     ///
     /// # Errors
