@@ -28,6 +28,11 @@ const SAMPLED: f64 = 0.25;
 
 /// MiB each phase grows.
 const PHASE_MIB: &str = "40";
+/// Seconds frames_grow.py waits before its first phase: memtrace finds the
+/// interpreter some time after the exec (up to ~1 s under load), and growth
+/// before that has no Python stack (the generator phase, first, came out
+/// 32.5 of 43.5 MiB once on a loaded machine).
+const START_DELAY_SECONDS: &str = "2";
 
 /// The Python function names of a path's stack, outermost first.
 fn python_functions(trace: &Trace, path: &Value) -> Vec<String> {
@@ -57,6 +62,8 @@ fn check_frames(python: &Path, env: &[(&str, &str)]) -> Trace {
         script.to_str().unwrap(),
         "--mib",
         PHASE_MIB,
+        "--start-delay",
+        START_DELAY_SECONDS,
     ]);
     args.push("--");
     args.extend(command);

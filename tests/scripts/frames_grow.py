@@ -16,7 +16,7 @@ list kept until exit:
 
 Output (JSON lines, see ``workload_common.py``): ``{"event": "ready", "pid": ...,
 "jit": <whether the JIT is on: ``sys._jit.is_enabled()`` on 3.14+, else false>}``,
-then one ``{"event": "phase", "pid": ..., "phase": ..., "function": <qualified
+then, after ``--start-delay`` seconds, one ``{"event": "phase", "pid": ..., "phase": ..., "function": <qualified
 name of the growing function>, "rss_growth_bytes": ...}`` per phase, then
 ``--hold`` seconds of sleep before exit.
 
@@ -32,7 +32,7 @@ import asyncio
 import sys
 import time
 
-from workload_common import MIB, emit, rss_bytes
+from workload_common import MIB, emit, rss_bytes, wait_for_start
 
 #: Bytes each row adds (``sys.getsizeof`` of a 400-byte payload, plus its list slot).
 ROW_BYTES = 433 + 8
@@ -90,10 +90,14 @@ def main() -> int:
     parser.add_argument("--mib", type=float, default=40.0, help="MiB per phase (default 40)")
     parser.add_argument("--hold", type=float, default=1.0,
                         help="seconds to live after growing, so a tracer reads the code objects (default 1)")
+    parser.add_argument("--start-delay", type=float, default=0.0,
+                        help="seconds to wait after ready before the first phase, so a tracer "
+                             "started with the process has found its interpreter (default 0)")
     args = parser.parse_args()
     rows = int(args.mib * MIB / ROW_BYTES)
     jit = getattr(sys, "_jit", None)
     emit("ready", jit=bool(jit and jit.is_enabled()))
+    wait_for_start(args.start_delay)
     phases = [
         ("generator", "produce_rows", lambda: consume_generator(rows)),
         ("coroutine", "fetch_rows", lambda: _KEEP.append(asyncio.run(fetch_rows(rows)))),
