@@ -112,6 +112,7 @@ fn table_has_a_column_per_configuration() {
             medians: vec![
                 (Config::Untraced, 2.0),
                 (Config::Memtrace, 2.02),
+                (Config::Sampler, 3.0),
                 (Config::Allocations, 52.0),
                 (Config::Tracemalloc, 20.0),
                 (Config::Memray, 8.0),
@@ -135,15 +136,15 @@ fn table_has_a_column_per_configuration() {
         .expect("header");
     assert_eq!(
         lines[header],
-        "workload                        untraced        memtrace     allocations     tracemalloc          memray  memtrace goal         top path vs true growth"
+        "workload                        untraced        memtrace         sampler         uprobes     tracemalloc          memray  memtrace goal         top path vs true growth"
     );
     assert_eq!(
         lines[header + 1],
-        "alloc loop (5M dicts)             2.000s    2.020s 1.01x  52.000s 26.00x  20.000s 10.00x    8.000s 4.00x  <= 1.05x: met         -"
+        "alloc loop (5M dicts)             2.000s    2.020s 1.01x    3.000s 1.50x  52.000s 26.00x  20.000s 10.00x    8.000s 4.00x  <= 1.05x: met         -"
     );
     assert_eq!(
         lines[header + 2],
-        "growth (1 GiB)                    1.000s    1.200s 1.20x               -               -               -  <= 1.15x: MISSED      -2.0% (goal within 25%: met)"
+        "growth (1 GiB)                    1.000s    1.200s 1.20x               -               -               -               -  <= 1.15x: MISSED      -2.0% (goal within 25%: met)"
     );
     // (52 s - 2 s) / 10M calls.
     assert_eq!(
