@@ -153,6 +153,10 @@ impl Discovery {
             }
             if self.selector.selects(&process, &stat) {
                 found.push((stat.starttime, pid));
+            } else if mid_exec(&process) {
+                // Its new command line is not readable yet: look again at
+                // the next poll instead of remembering it as not selected.
+                present.remove(&pid);
             }
         }
         self.seen = present;
@@ -162,6 +166,13 @@ impl Discovery {
 }
 
 /// A live user process (not a kernel thread, not a zombie).
+/// Whether `process` is between the two halves of an `execve`: the kernel
+/// has set its new `comm` (`begin_new_exec`, fs/exec.c) but not yet its new
+/// argument area (`create_elf_tables`), so its command line reads empty.
+fn mid_exec(process: &Process) -> bool {
+    process.cmdline().map_or(true, |args| args.is_empty())
+}
+
 fn is_candidate(stat: &Stat) -> bool {
     const PF_KTHREAD: u32 = 0x0020_0000;
     stat.flags & PF_KTHREAD == 0 && !matches!(stat.state, 'Z' | 'X') && stat.ppid != 2
