@@ -11,6 +11,7 @@ mod interpreters;
 mod otelcol;
 mod prometheus;
 mod setup;
+mod soak;
 mod test_tools;
 
 use std::{
@@ -73,6 +74,15 @@ enum Task {
         /// a virtualenv under target/bench/venv made from PyPI on first use.
         #[arg(long)]
         peers: bool,
+        /// Instead: the soak of `memtrace agent` (all three sinks on, the
+        /// demo service with 16 workers under load, with and without the
+        /// agent in alternate blocks): the agent's RSS every minute, its
+        /// CPU time and bytes sent per window, the service's throughput.
+        #[arg(long, conflicts_with = "peers")]
+        soak: bool,
+        /// Minutes of the soak.
+        #[arg(long, default_value_t = 30, requires = "soak")]
+        minutes: u32,
     },
 }
 
@@ -92,7 +102,12 @@ fn main() -> Result<()> {
         } => demo(seconds, &output_dir),
         Task::Test { args } => test(&args),
         Task::Dist => dist::run(&build()?).map(|_| ()),
-        Task::Bench { runs, peers } => bench(runs, peers),
+        Task::Bench {
+            soak: true,
+            minutes,
+            ..
+        } => soak(minutes),
+        Task::Bench { runs, peers, .. } => bench(runs, peers),
     }
 }
 
@@ -212,6 +227,23 @@ fn bench(runs: usize, peers: bool) -> Result<()> {
         python,
         peers,
     })
+}
+
+/// `cargo xtask bench --soak`: the backends the tests use, then the soak.
+fn soak(minutes: u32) -> Result<()> {
+    prometheus::ensure()?;
+    otelcol::ensure()?;
+    let args = soak::SoakArgs::bench(minutes, build()?, python_for_examples()?);
+    println!(
+        "soak: {minutes} min, {} s blocks of load alternately with and without memtrace agent \
+         (ABBA), demo service with {} workers, python {}",
+        args.block.as_secs(),
+        args.workers,
+        args.python.display()
+    );
+    let report = soak::run(&args)?;
+    print!("{}", soak::format_report(&report));
+    Ok(())
 }
 
 fn test(args: &[String]) -> Result<()> {

@@ -91,7 +91,9 @@ fn maps_libpython(pid: i32) -> bool {
 #[derive(Debug)]
 pub struct Discovery {
     selector: Selector,
-    /// Processes looked at: pid to (start time in ticks, comm).
+    /// Processes looked at: pid to (start time in ticks, comm); rebuilt
+    /// at each poll from the processes present, so at most one per
+    /// process on the host now.
     seen: HashMap<u32, (u64, String)>,
     /// `--pid` targets not yet handed out.
     pending_pids: Vec<u32>,

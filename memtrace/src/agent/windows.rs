@@ -19,7 +19,9 @@ struct PathSums {
 
 /// Closes windows one after the other; remembers only what the next window
 /// needs of the open images (their labels and their paths' sums), so it
-/// does not grow with the processes that came and went.
+/// does not grow with the processes that came and went: `previous` has one
+/// entry per path of the last window's open images, `identities` one per
+/// image open at the last window.
 #[derive(Debug)]
 pub struct WindowBuilder {
     host_name: String,
@@ -122,6 +124,7 @@ impl WindowBuilder {
             start_ns: self.last_end_ns,
             end_ns: end_unix_ns,
             host_name: self.host_name.clone(),
+            sample_interval_bytes: report.meta.sample_interval_bytes,
             processes,
             health,
         };

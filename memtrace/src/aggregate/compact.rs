@@ -3,7 +3,9 @@
 //! images that ended, so that the aggregator's memory follows the processes
 //! alive now, not every process that came and went.
 
-use super::{Aggregator, ProcessId, Report, RunMeta};
+use std::collections::HashSet;
+
+use super::{Aggregator, ProcessId, Report, RunMeta, StackId};
 
 impl Aggregator {
     /// The report of the run so far, as if it ended at `now_ns`
@@ -25,7 +27,7 @@ impl Aggregator {
     /// paths and held-map state; returns their ids. Later calls about them
     /// are ignored, as for any ended image. A report built afterwards no
     /// longer shows them: call this after the window that last showed
-    /// them. Stacks stay interned (they are shared by the images alive).
+    /// them. Their stacks stay interned until [`Aggregator::compact_stacks`].
     pub fn compact_ended(&mut self) -> Vec<ProcessId> {
         let ended: Vec<ProcessId> = self
             .processes
@@ -40,13 +42,25 @@ impl Aggregator {
         self.paths.forget(&ended);
         ended
     }
+
+    /// Drops the interned stacks that no path refers to any more, nor
+    /// `also` (the ids the caller still holds: the held-page map's); their
+    /// ids are handed out again. Returns how many were dropped. Afterwards
+    /// the stack table holds the distinct stacks of the paths left (those
+    /// of the images not compacted away), so it no longer grows with the
+    /// images that came and went.
+    pub fn compact_stacks(&mut self, also: impl IntoIterator<Item = StackId>) -> usize {
+        let mut in_use: HashSet<StackId> = also.into_iter().collect();
+        self.paths.stacks_in_use(&mut in_use);
+        self.stacks.retain(&in_use)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use memtrace_common::MemoryEvent;
 
-    use crate::aggregate::test_support::{meta, prefork_aggregator, rss, sample, start};
+    use crate::aggregate::test_support::{meta, native, prefork_aggregator, rss, sample, start};
     use crate::aggregate::{ProcessId, Role};
 
     #[test]
@@ -73,6 +87,51 @@ mod tests {
             next,
             ProcessId(4),
             "a new image gets a new id, not the forgotten one's"
+        );
+    }
+
+    #[test]
+    fn stacks_of_forgotten_images_are_dropped_and_those_in_use_kept() {
+        let mut agg = prefork_aggregator();
+        let worker = ProcessId(2);
+        let only_worker = sample(
+            &mut agg,
+            worker,
+            MemoryEvent::AnonGrowth,
+            4096,
+            &[native("only_worker")],
+        );
+        let held_elsewhere = agg.intern(vec![native("held")]);
+        let before = agg.report_now(5_000, meta());
+        let kept: Vec<_> = before
+            .paths
+            .iter()
+            .filter(|p| p.process != worker)
+            .map(|p| (p.process, before.frames(p.stack).to_vec()))
+            .collect();
+        agg.process_exited(worker, 2_000, None, Some(&rss(1 << 20, 0)));
+        agg.compact_ended();
+        assert!(agg.compact_stacks([held_elsewhere]) >= 1);
+        assert!(
+            agg.stack_frames(only_worker).is_empty(),
+            "its stack is dropped"
+        );
+        assert_eq!(
+            agg.stack_frames(held_elsewhere),
+            &[native("held")],
+            "a stack the caller holds stays"
+        );
+        let after = agg.report_now(5_000, meta());
+        let left: Vec<_> = after
+            .paths
+            .iter()
+            .map(|p| (p.process, after.frames(p.stack).to_vec()))
+            .collect();
+        assert_eq!(left, kept, "the other paths keep their stacks");
+        let again = agg.intern(vec![native("new")]);
+        assert!(
+            usize::try_from(again.0).unwrap() < before.stacks.len(),
+            "a dropped id is handed out again: {again:?}"
         );
     }
 

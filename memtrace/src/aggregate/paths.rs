@@ -19,7 +19,13 @@ struct PathState {
     timeline: PathTimeline,
 }
 
-/// Every path of the run.
+/// Every path of the run. Bounded in `memtrace agent`: one entry per
+/// (image, stack) that image had sampled bytes or a held change for,
+/// without per-bucket timelines ([`PathTable::without_timelines`]); the
+/// entries of an ended image go at the next window
+/// ([`PathTable::forget`]), so the count follows the distinct stacks of
+/// the images open now, never the windows nor the images that came and
+/// went.
 #[derive(Debug)]
 pub(super) struct PathTable {
     paths: HashMap<(ProcessId, StackId), PathState>,
@@ -88,6 +94,11 @@ impl PathTable {
     pub(super) fn forget(&mut self, processes: &[ProcessId]) {
         let gone: std::collections::HashSet<ProcessId> = processes.iter().copied().collect();
         self.paths.retain(|(process, _), _| !gone.contains(process));
+    }
+
+    /// Adds the stack of every path to `in_use`.
+    pub(super) fn stacks_in_use(&self, in_use: &mut std::collections::HashSet<StackId>) {
+        in_use.extend(self.paths.keys().map(|&(_, stack)| stack));
     }
 
     /// Re-buckets every path's timeline into buckets of `width`.

@@ -401,14 +401,18 @@ impl<W: Write> Recorder<W> {
     }
 
     /// Forgets the images that ended (see [`Aggregator::compact_ended`]),
-    /// in the aggregator and the held-page map; returns how many. Only for
-    /// a session without a capture file (a capture refers to every image).
+    /// in the aggregator and the held-page map, then the stacks neither
+    /// the paths left nor the held-page map refer to
+    /// ([`Aggregator::compact_stacks`]); returns how many images. Only for
+    /// a session without a capture file (a capture refers to every image
+    /// and stack id).
     pub fn compact_ended(&mut self) -> usize {
         let ended = self.aggregator.compact_ended();
         for &id in &ended {
             self.last_kept.remove(&id);
             self.held.forget_ended(id);
         }
+        self.aggregator.compact_stacks(self.held.paths_in_use());
         ended.len()
     }
 

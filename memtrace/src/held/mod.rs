@@ -301,6 +301,14 @@ impl<P: Copy + Ord, S: Copy + Ord> HeldTracker<P, S> {
         }
     }
 
+    /// Every path the open images' maps and per-path values refer to
+    /// (each once per image).
+    pub fn paths_in_use(&self) -> impl Iterator<Item = S> + '_ {
+        self.processes
+            .values()
+            .flat_map(|state| state.paths.paths())
+    }
+
     /// The open (seen, not ended) process images, in order.
     pub fn processes(&self) -> Vec<P> {
         self.processes.keys().copied().collect()

@@ -134,6 +134,12 @@ impl<S: Copy + Ord> HeldPaths<S> {
         }
     }
 
+    /// Every path with a value (every path an entry of the map has had a
+    /// change here first).
+    pub(super) fn paths(&self) -> impl Iterator<Item = S> + '_ {
+        self.paths.keys().copied()
+    }
+
     /// Estimated heap bytes of the per-path values.
     pub(super) fn memory_bytes(&self) -> usize {
         btree_estimate_bytes::<S, PathHeld>(self.paths.len())

@@ -102,6 +102,7 @@ fn resource_profiles(
             time_unix_nano: window.start_ns,
             duration_nano: window.end_ns.saturating_sub(window.start_ns),
             period_type,
+            period: i64::try_from(window.sample_interval_bytes).unwrap_or(i64::MAX),
             profile_id: profile_id(window, process, type_index),
             ..Profile::default()
         })

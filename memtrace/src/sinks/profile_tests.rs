@@ -84,6 +84,7 @@ fn window() -> Window {
             worker,
             process(12, "worker", Vec::new()),
         ],
+        sample_interval_bytes: 512 * 1024,
         ..Window::default()
     }
 }
@@ -165,6 +166,16 @@ fn otlp_has_a_resource_per_process_with_its_attributes_and_a_profile_per_type() 
     );
     assert_eq!(profiles[0].time_unix_nano, 1_700_000_000_000_000_000);
     assert_eq!(profiles[0].duration_nano, 15_500_000_000);
+    let period_type = profiles[0].period_type.unwrap();
+    assert_eq!(
+        (
+            string(period_type.type_strindex),
+            string(period_type.unit_strindex),
+            profiles[0].period
+        ),
+        ("space", "bytes", 512 * 1024),
+        "the sampling period: --sample-bytes"
+    );
     let ids: std::collections::HashSet<&Vec<u8>> = request
         .resource_profiles
         .iter()
@@ -243,6 +254,16 @@ fn pyroscope_sends_one_pprof_per_service_and_role() {
         [vec![40 * mib, 8 * mib, 42 * mib, 0], vec![0, mib, 0, 4096]]
     );
     assert_eq!(profile.duration_nanos, 15_500_000_000);
+    let period_type = profile.period_type.as_ref().unwrap();
+    assert_eq!(
+        (
+            string(period_type.r#type),
+            string(period_type.unit),
+            profile.period
+        ),
+        ("space", "bytes", 512 * 1024),
+        "the sampling period: --sample-bytes"
+    );
     assert_eq!(profile.sample[0].label[0].num, 11, "the tgid sample label");
 }
 

@@ -75,8 +75,8 @@ pub fn series_name(service_name: &str, role: &str, host_name: &str) -> String {
 }
 
 /// The pprof profile of `processes` in `window`: the four sample types,
-/// `inuse_space` shown by default, one sample per (process, path); no
-/// sampling period (the window does not carry it: 0, pprof's unknown).
+/// `inuse_space` shown by default, one sample per (process, path), the
+/// window's sampling period (`space`/`bytes`).
 pub(crate) fn profile(
     window: &Window,
     processes: &[&ProcessWindow],
@@ -101,7 +101,7 @@ pub(crate) fn profile(
     builder.finish(&ProfileMeta {
         comment: Vec::new(),
         duration_ns: window.end_ns.saturating_sub(window.start_ns),
-        sample_interval_bytes: 0,
+        sample_interval_bytes: window.sample_interval_bytes,
         default_sample_type: SAMPLE_TYPES[0].0,
     })
 }

@@ -18,6 +18,10 @@ pub struct Window {
     pub host_name: String,
     /// Every process image open at the window's end, by pid.
     pub processes: Vec<ProcessWindow>,
+    /// The sampling period: sampled bytes each sample stands for on
+    /// average (`--sample-bytes`; the run's `sample_interval_bytes`), the
+    /// profiles' `period` (pprof, OTLP) in `space`/`bytes`.
+    pub sample_interval_bytes: u64,
     /// memtrace's own counters since it started.
     pub health: Health,
 }
