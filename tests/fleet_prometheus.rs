@@ -519,6 +519,72 @@ fn a_process_that_starts_after_the_agent_is_picked_up() {
     assert!(value > 64.0 * 1_048_576.0, "{value}");
 }
 
+/// The pids on the agent's page (`memtrace_process_resident_bytes`), one
+/// per line of it.
+fn pids_on_page(port: u16) -> Vec<u32> {
+    let page = http_get(port, "/metrics").unwrap_or_default();
+    page.lines()
+        .filter(|l| l.starts_with("memtrace_process_resident_bytes{"))
+        .filter_map(|l| l.split_once("pid=\"")?.1.split_once('"')?.0.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_service_found_while_it_forks_is_one_image_per_process() {
+    let python = require_ebpf!(common::python_3_11());
+    let marker = format!("fleet-forking-{}", std::process::id());
+    let agent_port = free_port();
+    let agent = start_agent(&["--match", &marker, "--interval", "1s"], agent_port);
+    let attached = wait_for(Duration::from_secs(60), || {
+        let page = http_get(agent_port, "/metrics")?;
+        let windows: f64 = page
+            .lines()
+            .find_map(|l| l.strip_prefix("memtrace_windows_emitted_total "))?
+            .parse()
+            .ok()?;
+        (windows >= 1.0).then_some(())
+    });
+    assert!(attached.is_some(), "the agent closed no window");
+    // 60 forks 30 ms apart: the agent's poll (every second) finds the
+    // master while it forks, so children forked between the master's
+    // entry in the kernel's map and the /proc scan of its descendants
+    // come both from the scan and as fork records.
+    let master = Command::new(&python)
+        .arg(common::script("prefork_staggered.py"))
+        .args(["--workers", "60", "--fork-gap", "0.03", "--mib", "1"])
+        .args(["--seconds", "12"])
+        // Not waited for (no --start-delay): the marker on its command line.
+        .args(["--trigger-file", &format!("/nonexistent/{marker}")])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start prefork_staggered.py");
+    let master_pid = master.id();
+    let _master = Running(master);
+    // All forked after ~2 s; two windows later the page is complete.
+    std::thread::sleep(Duration::from_secs(6));
+    let live: Vec<u32> = std::iter::once(master_pid)
+        .chain(children_of(master_pid))
+        .collect();
+    let mut on_page = wait_for(Duration::from_secs(10), || {
+        let pids = pids_on_page(agent_port);
+        (pids.len() >= live.len()).then_some(pids)
+    })
+    .unwrap_or_else(|| pids_on_page(agent_port));
+    let log = stop_agent(agent);
+    let listed = on_page.len();
+    on_page.sort_unstable();
+    on_page.dedup();
+    println!("{} live processes, {listed} on the page", live.len());
+    assert_eq!(live.len(), 61, "the master and its 60 workers");
+    assert_eq!(listed, on_page.len(), "a pid listed twice:\n{log}");
+    let mut live = live;
+    live.sort_unstable();
+    assert_eq!(
+        on_page, live,
+        "the page lists the live processes only:\n{log}"
+    );
+}
+
 #[test]
 fn run_with_metrics_lands_its_windows_in_prometheus() {
     let python = require_ebpf!(common::python_3_11());

@@ -177,6 +177,12 @@ impl Aggregator {
         id
     }
 
+    /// The start time (ns since boot, as the image's process entered the
+    /// trace with) of image `id`, while it is known.
+    pub fn start_time_ns(&self, id: ProcessId) -> Option<u64> {
+        self.state(id).map(|s| s.start_time_ns)
+    }
+
     /// A process entered the trace; returns its id (ids are handed out in
     /// call order, so a replay in the same order gets the same ids). Its
     /// first RSS reading is `p.counters` at `p.ts_ns`.

@@ -43,6 +43,9 @@ impl Session {
     /// A traced process forked: the child starts from what it inherited
     /// (nothing, while it shares its parent's address space).
     fn on_fork(&mut self, fork: &ForkRecord) {
+        if self.traced_already(fork) {
+            return;
+        }
         let (parent_tgid, child) = (fork.header.tgid, fork.child_tgid);
         let counters = ProcessCounters {
             rss_bytes: fork.child_rss_bytes,
@@ -73,6 +76,23 @@ impl Session {
         }
         self.inherit_python(child, parent_tgid);
         self.alloc_forked(fork);
+    }
+
+    /// Whether the child of `fork` is already traced as this very process
+    /// (same tgid, same start time to the tick `/proc` counts in): a root
+    /// found while it forks is in the kernel's map before the `/proc` scan
+    /// of its descendants, so a child forked in between comes both from
+    /// the scan and as this record; a second image for it would stay open
+    /// for good beside the one the tree keeps.
+    fn traced_already(&self, fork: &ForkRecord) -> bool {
+        let Some(id) = self.tree.id_of(fork.child_tgid) else {
+            return false;
+        };
+        let tick_ns = 1_000_000_000 / procfs::ticks_per_second().max(1);
+        self.recorder
+            .aggregator()
+            .start_time_ns(id)
+            .is_some_and(|known| known / tick_ns == fork.child_start_boottime_ns / tick_ns)
     }
 
     /// A child runs its parent's interpreter: same code objects, same layout.
