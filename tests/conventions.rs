@@ -559,7 +559,7 @@ fn a_pid_flag_given_no_pid_says_what_to_check() {
         assert!(!output.status.success(), "memtrace {args:?} succeeded");
         let err = stderr_of(&output);
         assert!(
-            err.contains("no PID") && err.contains("pgrep match nothing"),
+            err.contains("no PID") && err.contains("did `pgrep` match nothing?"),
             "memtrace {args:?}: {err}"
         );
     }

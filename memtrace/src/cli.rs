@@ -406,9 +406,9 @@ fn parse_pid(text: &str) -> Result<u32, String> {
 }
 
 /// What to check when `--pid` got no PID.
-pub const PGREP_HINT: &str = "did `pgrep` match nothing? (`--pid $(pgrep -f app.py)` passes \
-                              no PID when no process matches: `pgrep -af app.py` lists what is \
-                              running)";
+pub const PGREP_HINT: &str = "did `pgrep` match nothing? `--pid $(pgrep -f app.py)` passes no \
+                              PID when no process matches; `pgrep -af app.py` lists what is \
+                              running";
 
 /// A `--duration`: humantime syntax (`30s`, `5m`, `1h 30m`), more than zero.
 fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -114,8 +114,8 @@ fn selector(args: &AgentArgs) -> Result<Selector> {
     if let Some(pids) = &args.pids {
         anyhow::ensure!(
             !pids.is_empty(),
-            "--pid was given no PID: {} (without --pid, the agent traces every Python \
-             process)",
+            "--pid was given no PID: {}; without --pid, the agent traces every Python \
+             process",
             crate::cli::PGREP_HINT
         );
         for &pid in pids {

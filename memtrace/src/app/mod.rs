@@ -57,7 +57,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Result<ExitCode> {
     anyhow::ensure!(
         !pids.is_empty(),
-        "--pid was given no PID: {} (or start it traced: `memtrace run -- COMMAND`)",
+        "--pid was given no PID: {}, or start the program traced: `memtrace run -- COMMAND`",
         crate::cli::PGREP_HINT
     );
     for &pid in &pids {
