@@ -29,18 +29,22 @@ pub(crate) fn lines(report: &Report) -> Vec<String> {
         })
         .collect();
     let (oom, other): (Vec<_>, Vec<_>) = killed.into_iter().partition(|(_, s)| s.oom_killed());
+    let whose =
+        |ended: &[(&ProcessReport, ExitStatus)]| if ended.len() == 1 { "its" } else { "their" };
     let mut lines = Vec::new();
     if !oom.is_empty() {
         lines.push(format!(
             "killed by the OOM killer: {}: memory ran out (the machine's, or a cgroup's limit); \
-             its figures end there",
-            named(&oom, false)
+             {} figures end there",
+            named(&oom, false),
+            whose(&oom)
         ));
     }
     if !other.is_empty() {
         lines.push(format!(
-            "ended by a signal: {}: its figures end there",
-            named(&other, true)
+            "ended by a signal: {}: {} figures end there",
+            named(&other, true),
+            whose(&other)
         ));
     }
     lines.extend(cut_line(report));
@@ -153,6 +157,26 @@ mod tests {
                 report.processes[0].kind,
                 report.processes[0].name()
             )) && said[1].contains(") SIGKILL at 4.0 s"),
+            "{said:?}"
+        );
+    }
+
+    #[test]
+    fn several_processes_a_signal_ended_share_one_line() {
+        let mut report = server_report();
+        for (index, p) in report.processes.iter_mut().enumerate() {
+            p.exit_status = Some(ExitStatus::from_wait_status(15));
+            p.exited_ns = Some(1_000_000_000 * (index as u64 + 1));
+        }
+        let said = lines(&report);
+        let names: Vec<String> = report.processes.iter().map(|p| p.name()).collect();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].starts_with(&format!(
+                "ended by a signal: 2 processes: {} SIGTERM at 1.0 s, RSS peak ",
+                names[0]
+            )) && said[0].contains(&format!("; {} SIGTERM at 2.0 s", names[1]))
+                && said[0].ends_with(": their figures end there"),
             "{said:?}"
         );
     }
