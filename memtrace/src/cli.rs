@@ -66,8 +66,8 @@ pub struct SinkArgs {
 pub struct AgentArgs {
     /// Trace this process and what it forks (several after one flag, or the
     /// flag repeated); by default every Python process on the host is traced.
-    /// `None` without the flag; empty when it was given no PID (an empty
-    /// `$(pgrep ...)`), which is an error, not "every process".
+    /// Given no PID (an empty `$(pgrep ...)`), the agent says so and stops
+    /// instead of tracing every process.
     #[arg(long = "pid", value_name = "PID", num_args = 0.., value_parser = parse_pid)]
     pub pids: Option<Vec<u32>>,
     /// Trace every process whose command line (arguments joined with
@@ -356,8 +356,8 @@ pub struct DiffArgs {
 pub struct RecordArgs {
     /// Process to attach to; several after one flag (`--pid $(pgrep -f
     /// app.py)`) or the flag repeated. Its existing descendants are traced
-    /// too unless --no-follow-forks is given. Empty when the flag was given
-    /// no PID (an empty `$(pgrep ...)`): an error with a hint, not clap's.
+    /// too unless --no-follow-forks is given. Given no PID (an empty
+    /// `$(pgrep ...)`), memtrace says so and stops.
     #[arg(
         long = "pid",
         value_name = "PID",
