@@ -125,10 +125,36 @@ fn real(exe: &str, owner: u16, adaptive: u16) {
         (owner, adaptive)
     );
     assert_eq!(layout.walk, python.info.offsets);
+    assert_remote_debug(&memory, &debug, python.runtime_addr, version);
     let mut threaded = debug;
     threaded[16] = 1;
     let error = check(&threaded, version, &python.binary).unwrap_err();
     assert!(matches!(error, ProbeError::FreeThreaded { .. }), "{error}");
+}
+
+/// PEP 768's fields, on 3.14+ only: the support struct's fields in their
+/// places (`_PyRemoteDebuggerSupport` is an `int32_t` then the 512-byte
+/// path), the main interpreter and thread found, remote debugging enabled
+/// and no call pending.
+fn assert_remote_debug(memory: &ProcessMemory, debug: &[u8], runtime: u64, version: u32) {
+    let Some(remote) = remote_debug(debug, version) else {
+        assert!(PythonVersion::from_hex(version).minor < 14);
+        return;
+    };
+    assert_eq!(
+        (
+            remote.pending_call,
+            remote.script_path,
+            remote.script_path_bytes
+        ),
+        (0, 4, 512)
+    );
+    let interp = memory.read_u64(runtime + remote.interpreters_head).unwrap();
+    let main = memory.read_u64(interp + remote.threads_main).unwrap();
+    assert_ne!(main, 0);
+    assert_eq!(memory.read_u32(interp + remote.enabled).unwrap(), 1);
+    let pending = main + remote.support + remote.pending_call;
+    assert_eq!(memory.read_u32(pending).unwrap(), 0);
 }
 
 #[test]
