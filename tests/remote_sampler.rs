@@ -150,6 +150,32 @@ fn maps_sampler(pid: u32) -> bool {
         .is_ok_and(|maps| maps.contains("libmemtrace_sampler.so"))
 }
 
+/// The value of the sampler's `memtrace_sampler_on` in process `pid`
+/// (whether its wrappers sample), if it maps the library: its address
+/// from the mapped file's own `.dynsym` (through /proc/PID/map_files: the
+/// file is deleted at the end of the record), read in /proc/PID/mem.
+fn sampler_on(pid: u32) -> Option<bool> {
+    use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+    use std::os::unix::fs::FileExt as _;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let line = maps.lines().find(|l| {
+        l.contains("libmemtrace_sampler.so") && l.split_whitespace().nth(2) == Some("00000000")
+    })?;
+    let range = line.split_whitespace().next()?;
+    let base = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+    let elf = std::fs::read(format!("/proc/{pid}/map_files/{range}")).ok()?;
+    let file = object::File::parse(&*elf).ok()?;
+    let lowest = file.segments().map(|s| s.address()).min()?;
+    let symbol = file
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok("memtrace_sampler_on"))?;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut value = [0u8; 4];
+    mem.read_exact_at(&mut value, base + symbol.address() - lowest)
+        .ok()?;
+    Some(u32::from_ne_bytes(value) != 0)
+}
+
 /// The allocations entry of `tgid` in `report`.
 fn alloc_entry(report: &Value, tgid: u32) -> &Value {
     report["allocations"]["processes"]
@@ -203,11 +229,11 @@ fn target_args<'a>(workload: &'a Path, go: &'a Path, after: &'a Path) -> Vec<&'a
 }
 
 /// What an untraced run of alloc_remote_target.py prints at the end.
-fn untraced_checksum(python: &Path, workload: &Path, gates: &Path) -> Value {
+fn untraced_checksum(python: &Path, workload: &Path, gates: &Path, envs: &[(&str, &str)]) -> Value {
     let (go, after) = (gates.join("go-untraced"), gates.join("after-untraced"));
     std::fs::write(&go, b"").unwrap();
     std::fs::write(&after, b"").unwrap();
-    let mut target = Target::start(python, &target_args(workload, &go, &after), &[]);
+    let mut target = Target::start(python, &target_args(workload, &go, &after), envs);
     let done = target.event("done");
     assert!(target.child.wait().unwrap().success());
     done["checksum"].clone()
@@ -216,10 +242,27 @@ fn untraced_checksum(python: &Path, workload: &Path, gates: &Path) -> Value {
 #[test]
 fn record_installs_the_sampler_in_a_running_3_14_and_leaves_it_running() {
     let python: PathBuf = require_ebpf!(debian_python("3.14"));
+    record_into_running(&python, &[]);
+}
+
+#[test]
+fn record_installs_the_sampler_over_the_debug_allocator() {
+    // The debug hooks' allocators have a ctx of their own per domain: the
+    // wrappers must hand each its own.
+    let python: PathBuf = require_ebpf!(debian_python("3.14"));
+    record_into_running(&python, &[("PYTHONMALLOC", "debug")]);
+}
+
+/// `record --pid --allocations` into alloc_remote_target.py under `python`
+/// with environment `envs`, started without memtrace: the sampler is
+/// installed, the kept and churned bytes are seen within [`TOLERANCE`], and
+/// after the record the process runs on to the end an untraced run reaches,
+/// printing the same, with nothing on its standard error.
+fn record_into_running(python: &Path, envs: &[(&str, &str)]) {
     let gates = tempfile::tempdir().unwrap();
     let (go, after) = (gates.path().join("go"), gates.path().join("after"));
     let workload = script("alloc_remote_target.py");
-    let mut target = Target::start(&python, &target_args(&workload, &go, &after), &[]);
+    let mut target = Target::start(python, &target_args(&workload, &go, &after), envs);
     let pid = target.pid();
     let pid_arg = pid.to_string();
     let mut record = Record::start(&[
@@ -230,12 +273,13 @@ fn record_installs_the_sampler_in_a_running_3_14_and_leaves_it_running() {
         SAMPLE_BYTES,
     ]);
     wait_for("the sampler in the target", &mut record, || {
-        maps_sampler(pid)
+        sampler_on(pid) == Some(true)
     });
     std::fs::write(&go, b"").unwrap();
     let kept = target.event("kept");
     let churned = target.event("churned");
     let (stderr, report) = record.interrupt();
+    assert_eq!(sampler_on(pid), Some(false), "sampling after the record");
 
     std::fs::write(&after, b"").unwrap();
     let done = target.event("done");
@@ -247,7 +291,7 @@ fn record_installs_the_sampler_in_a_running_3_14_and_leaves_it_running() {
     assert_eq!(target_stderr, "", "the target's standard error");
     assert_eq!(
         done["checksum"],
-        untraced_checksum(&python, &workload, gates.path()),
+        untraced_checksum(python, &workload, gates.path(), envs),
         "the target's output, traced and untraced"
     );
 
