@@ -385,3 +385,38 @@ fn a_target_that_refuses_remote_debugging_is_told_why_and_uprobes_hook_it_on_req
         assert_eq!(entry["hook"]["status"], "hooked", "{entry}");
     }
 }
+
+#[test]
+fn a_main_thread_blocked_past_the_timeout_is_told_and_the_request_withdrawn() {
+    let python: PathBuf = require_ebpf!(debian_python("3.14"));
+    // Its main thread sleeps in the kernel until SIGUSR1, whose handler
+    // (Python code: an eval-breaker check) prints `woke`.
+    let code = "import json, os, signal, sys, time\n\
+                def woke(*_):\n    print(json.dumps({'event': 'woke'}), flush=True)\n\
+                signal.signal(signal.SIGUSR1, woke)\n\
+                print(json.dumps({'event': 'ready', 'pid': os.getpid()}), flush=True)\n\
+                time.sleep(3600)\n";
+    let mut target = Target::start(&python, &["-c", code], &[]);
+    let pid = target.pid().to_string();
+    let args = ["--allocations", "--duration", "13s", "--pid", &pid];
+    let (stderr, report) = Record::start(&args).finish();
+    assert!(
+        stderr.contains("its main thread ran no Python code within 10 s"),
+        "{stderr}"
+    );
+    let entry = alloc_entry(&report, target.pid());
+    assert_eq!(entry["hook"]["status"], "not_hooked", "{entry}");
+    // Woken after the record, it does not run the withdrawn script (whose
+    // file is gone: CPython would say so on its standard error).
+    let nix_pid = nix::unistd::Pid::from_raw(i32::try_from(target.pid()).unwrap());
+    nix::sys::signal::kill(nix_pid, nix::sys::signal::Signal::SIGUSR1).unwrap();
+    target.event("woke");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!maps_sampler(target.pid()));
+    target.child.kill().unwrap();
+    target.child.wait().unwrap();
+    let mut target_stderr = String::new();
+    std::io::Read::read_to_string(target.child.stderr.as_mut().unwrap(), &mut target_stderr)
+        .unwrap();
+    assert_eq!(target_stderr, "", "the target's standard error");
+}
