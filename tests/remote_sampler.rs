@@ -242,7 +242,7 @@ fn untraced_checksum(python: &Path, workload: &Path, gates: &Path, envs: &[(&str
 #[test]
 fn record_installs_the_sampler_in_a_running_3_14_and_leaves_it_running() {
     let python: PathBuf = require_ebpf!(debian_python("3.14"));
-    record_into_running(&python, &[], false);
+    record_into_running(&python, &[], Launch::Plain);
 }
 
 #[test]
@@ -250,7 +250,14 @@ fn record_installs_the_sampler_over_the_debug_allocator() {
     // The debug hooks' allocators have a ctx of their own per domain: the
     // wrappers must hand each its own.
     let python: PathBuf = require_ebpf!(debian_python("3.14"));
-    record_into_running(&python, &[("PYTHONMALLOC", "debug")], false);
+    record_into_running(&python, &[("PYTHONMALLOC", "debug")], Launch::Plain);
+}
+
+#[test]
+fn record_installs_the_sampler_in_a_target_of_another_user() {
+    // The files memtrace (root) writes are read by the target's uid.
+    let python: PathBuf = require_ebpf!(debian_python("3.14"));
+    record_into_running(&python, &[], Launch::Nobody);
 }
 
 #[test]
@@ -258,31 +265,58 @@ fn record_installs_the_sampler_in_a_target_with_a_tmp_of_its_own() {
     // A mount namespace of its own with a private /tmp (as systemd's
     // PrivateTmp): the files must be where the target looks.
     let python: PathBuf = require_ebpf!(debian_python("3.14"));
-    record_into_running(&python, &[], true);
+    record_into_running(&python, &[], Launch::OwnTmp);
+}
+
+/// How the target of [`record_into_running`] starts.
+#[derive(Clone, Copy)]
+enum Launch {
+    /// As the test (root), in its mount namespace.
+    Plain,
+    /// In a mount namespace of its own with a tmpfs on /tmp (`unshare`).
+    OwnTmp,
+    /// As user `nobody` (`setpriv`).
+    Nobody,
 }
 
 /// `record --pid --allocations` into alloc_remote_target.py under `python`
 /// with environment `envs`, started without memtrace: the sampler is
 /// installed, the kept and churned bytes are seen within [`TOLERANCE`], and
 /// after the record the process runs on to the end an untraced run reaches,
-/// printing the same, with nothing on its standard error. With `own_tmp`,
-/// the target runs in a mount namespace of its own with a tmpfs on /tmp.
-fn record_into_running(python: &Path, envs: &[(&str, &str)], own_tmp: bool) {
-    // Not under /tmp: the target with a /tmp of its own sees them too.
+/// printing the same, with nothing on its standard error.
+fn record_into_running(python: &Path, envs: &[(&str, &str)], launch: Launch) {
+    // Not under /tmp: the target with a /tmp of its own sees them too;
+    // searchable by all: so does one of another user.
     let gates = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::set_permissions(
+        gates.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let (go, after) = (gates.path().join("go"), gates.path().join("after"));
     let workload = script("alloc_remote_target.py");
     let args = target_args(&workload, &go, &after);
-    let mut target = if own_tmp {
-        let line = format!(
-            "mount --make-rprivate / && mount -t tmpfs memtrace-test /tmp && exec {} {}",
-            python.display(),
-            args.join(" ")
-        );
-        let unshare = ["--mount", "sh", "-c", &line];
-        Target::start(Path::new("unshare"), &unshare, envs)
-    } else {
-        Target::start(python, &args, envs)
+    let python_arg = python.to_str().unwrap();
+    let mut target = match launch {
+        Launch::Plain => Target::start(python, &args, envs),
+        Launch::OwnTmp => {
+            let line = format!(
+                "mount --make-rprivate / && mount -t tmpfs memtrace-test /tmp && exec {python_arg} {}",
+                args.join(" ")
+            );
+            let unshare = ["--mount", "sh", "-c", &line];
+            Target::start(Path::new("unshare"), &unshare, envs)
+        }
+        Launch::Nobody => {
+            let mut setpriv = vec![
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                python_arg,
+            ];
+            setpriv.extend(&args);
+            Target::start(Path::new("setpriv"), &setpriv, envs)
+        }
     };
     let pid = target.pid();
     let pid_arg = pid.to_string();

@@ -228,6 +228,7 @@ fn write_copy(tgid: u32, shared: bool, mean_bytes: u64) -> Result<Files> {
         .mode(0o755)
         .create(&dir)
         .with_context(|| format!("cannot create `{}`", dir.display()))?;
+    readable_by_all(&dir, 0o755)?;
     let library_in_target = in_target.join(SAMPLER_FILE_NAME);
     let script_in_target = in_target.join("install_sampler.py");
     let copy = Files {
@@ -237,13 +238,20 @@ fn write_copy(tgid: u32, shared: bool, mean_bytes: u64) -> Result<Files> {
         script_in_target,
     };
     write_file(&copy.library, LIBRARY, 0o555)?;
+    readable_by_all(&copy.library, 0o555)?;
     let script = script(&copy.library_in_target, mean_bytes)?;
-    write_file(
-        &copy.dir.join("install_sampler.py"),
-        script.as_bytes(),
-        0o444,
-    )?;
+    let script_path = copy.dir.join("install_sampler.py");
+    write_file(&script_path, script.as_bytes(), 0o444)?;
+    readable_by_all(&script_path, 0o444)?;
     Ok(copy)
+}
+
+/// Sets `path`'s permissions to `mode` whatever memtrace's umask took off
+/// at its creation.
+fn readable_by_all(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set the permissions of `{}`", path.display()))
 }
 
 /// The script CPython runs: loads the library with ctypes and starts it
