@@ -171,3 +171,33 @@ fn real_3_14_debug_offsets() {
 fn real_3_15_debug_offsets() {
     real(&debian_python("3.15"), 74, 208);
 }
+
+#[test]
+fn remote_debug_reads_the_support_part_and_refuses_what_cannot_be_it() {
+    const V3_14: u32 = 0x030e_0af0;
+    let mut debug = synthetic_3_14(u64::from(V3_14), 0);
+    // All zeros: a 0-byte path buffer is not the support part.
+    assert_eq!(remote_debug(&debug, V3_14), None);
+    for (i, value) in [24u64, 304, 8076, 0, 4, 512].into_iter().enumerate() {
+        let at = 712 + 8 * i;
+        debug[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    debug[80..88].copy_from_slice(&7360u64.to_le_bytes());
+    let layout = remote_debug(&debug, V3_14).unwrap();
+    assert_eq!(
+        layout,
+        RemoteDebugLayout {
+            interpreters_head: 808,
+            threads_main: 7360,
+            eval_breaker: 24,
+            support: 304,
+            enabled: 8076,
+            pending_call: 0,
+            script_path: 4,
+            script_path_bytes: 512,
+        }
+    );
+    // 3.13 has no such part; a minor version not known is not guessed at.
+    assert_eq!(remote_debug(&debug, 0x030d_00f0), None);
+    assert_eq!(remote_debug(&debug, 0x0310_00f0), None);
+}
