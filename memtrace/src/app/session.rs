@@ -50,7 +50,7 @@ const SAMPLER_COST: &str = "allocator mode with the in-process sampler: memtrace
      allocation-heavy code ran 1.0-2.0x slower in the bench (memray: 1.4-4.1x)";
 
 /// What `record --pid --allocations` with the sampler does to the targets,
-/// said when it starts (README, "Allocator mode").
+/// said when it starts (docs/allocations.md).
 const REMOTE_SAMPLER_COST: &str = "allocator mode with the in-process sampler: each CPython \
      3.14+ target runs a two-line script memtrace hands it through CPython's remote debugging \
      (PEP 768), which loads memtrace's sampler library with ctypes and wraps its allocators \
