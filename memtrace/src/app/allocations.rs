@@ -34,13 +34,19 @@ use crate::stacks::RecordStack;
 const ALLOCATIONS_CAPTURE_INTERVAL: Duration = Duration::from_secs(30);
 
 impl Session {
-    /// A traced process (image) entered the trace at monotonic `ts_ns`.
+    /// A traced process (image) entered the trace at monotonic `ts_ns`, its
+    /// start time read from /proc (in clock ticks).
     pub(super) fn alloc_started(&mut self, tgid: u32, ts_ns: u64) {
-        let Some(tracker) = &mut self.allocations else {
-            return;
-        };
         let start_time_ns = crate::process::proc::start_time_ns(tgid).unwrap_or(0);
-        tracker.process_started(tgid, start_time_ns, ts_ns);
+        self.alloc_image_started(tgid, start_time_ns, ts_ns);
+    }
+
+    /// A traced process's image that starts at monotonic `ts_ns` with the
+    /// process's `start_time_ns` (boot-time ns).
+    fn alloc_image_started(&mut self, tgid: u32, start_time_ns: u64, ts_ns: u64) {
+        if let Some(tracker) = &mut self.allocations {
+            tracker.process_started(tgid, start_time_ns, ts_ns);
+        }
     }
 
     /// A fork's child: its own process, hooked at once when its parent is
@@ -68,8 +74,15 @@ impl Session {
             return;
         };
         tracker.rss_anon(tgid, counters.rss_bytes[MM_ANONPAGES]);
+        // The process is the same (tgid, start time) after its exec: the
+        // new image keeps the start time its fork record gave (exact, where
+        // /proc rounds to clock ticks).
+        let start_time_ns = tracker.start_time_of(tgid);
         self.alloc_exited(tgid);
-        self.alloc_started(tgid, ts_ns);
+        match start_time_ns {
+            Some(start_time_ns) => self.alloc_image_started(tgid, start_time_ns, ts_ns),
+            None => self.alloc_started(tgid, ts_ns),
+        }
     }
 
     /// A traced process is gone (its exit record, or it was found missing
