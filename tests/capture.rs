@@ -195,7 +195,14 @@ fn an_exec_replays_with_the_image_before_it() {
         .arg("--")
         .arg(&python)
         .arg(script("grow_then_exec.py"))
-        .args(["--mib", "40", "--sleep-seconds", "0.5"])
+        .args([
+            "--mib",
+            "40",
+            "--sleep-seconds",
+            "0.5",
+            "--start-delay",
+            "1",
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();

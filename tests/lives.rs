@@ -230,7 +230,16 @@ fn hold_then_exit(python: &std::path::Path, mode: &str, code: i32, began_by: &st
     let trace = trace_script_expecting(
         python,
         "hold_then_exit.py",
-        &["--mib", "200", "--hold-seconds", "2", "--exit-mode", mode],
+        &[
+            "--mib",
+            "200",
+            "--hold-seconds",
+            "2",
+            "--exit-mode",
+            mode,
+            "--start-delay",
+            "2",
+        ],
         code,
     );
     check_hold_then_exit(trace, mode, began_by)
@@ -343,6 +352,8 @@ fn a_python_3_14_started_through_its_loader_ends_at_what_it_held() {
         "2",
         "--exit-mode",
         "thread",
+        "--start-delay",
+        "2",
     ]);
     let trace = check_hold_then_exit(common::trace(&args), "thread", "python_finalize");
     let exiting = trace.workload_event("exiting");
@@ -419,6 +430,8 @@ fn an_exec_into_python_3_14_reads_the_new_version() {
         next.to_str().unwrap(),
         "--then-mib",
         "80",
+        "--start-delay",
+        "1",
     ]);
     let before = trace.workload_event("before_exec");
     let grown = trace.workload_event("grown");
@@ -452,7 +465,11 @@ fn an_exec_into_python_3_14_reads_the_new_version() {
 #[test]
 fn an_exec_keeps_the_python_image_before_it() {
     let python = require_ebpf!(python_3_11());
-    let trace = trace_script(&python, "grow_then_exec.py", &["--mib", "60"]);
+    let trace = trace_script(
+        &python,
+        "grow_then_exec.py",
+        &["--mib", "60", "--start-delay", "1"],
+    );
     let before = trace.workload_event("before_exec");
     let rows = trace.rows_of(before["pid"].as_u64().unwrap());
     assert_eq!(

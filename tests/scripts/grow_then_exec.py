@@ -15,13 +15,16 @@ Output (JSON lines, see ``workload_common.py``; ``status*`` are
 "exec": ["/bin/sleep", "sleep", "<seconds>"]}`` right before the exec (``sleep`` prints nothing).
 
 With ``--exec-python PATH`` it execs another interpreter instead:
-``PATH grow_cache.py --mib <--then-mib> --hold <--sleep-seconds>`` (the
+``PATH grow_cache.py --mib <--then-mib> --hold <--sleep-seconds> --start-delay <--start-delay>`` (the
 same pid goes on as another CPython version, which grows in
 ``fill_cache``).
 
 Run::
 
-    python grow_then_exec.py --mib 60 --sleep-seconds 1
+    python grow_then_exec.py --mib 60 --sleep-seconds 1 --start-delay 1
+
+``--start-delay`` seconds pass before the growth: a tracer that starts the
+script (``memtrace run``) finds the interpreter some time after the exec.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import argparse
 import os
 import sys
 
-from workload_common import MIB, emit, proc_status
+from workload_common import MIB, emit, proc_status, wait_for_start
 
 #: Payload bytes of each object: with the 33-byte ``bytes`` header, 432 bytes,
 #: a multiple of pymalloc's 16-byte size classes (no rounding slack).
@@ -70,14 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exec-python", help="exec this interpreter running grow_cache.py instead of sleep")
     parser.add_argument("--then-mib", type=float, default=60.0,
                         help="with --exec-python: MiB grow_cache.py grows (default 60)")
+    parser.add_argument("--start-delay", type=float, default=0.0,
+                        help="seconds to wait before growing (default 0)")
     args = parser.parse_args(argv)
+    wait_for_start(args.start_delay)
     start = proc_status()
     objects, held = grow_before_exec(int(args.mib * MIB))
     now = proc_status()
     seconds = f"{max(0.0, args.sleep_seconds):g}"
     if args.exec_python:
         grow_cache = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grow_cache.py")
-        argv_next = [args.exec_python, grow_cache, "--mib", f"{args.then_mib:g}", "--hold", seconds]
+        argv_next = [args.exec_python, grow_cache, "--mib", f"{args.then_mib:g}", "--hold", seconds,
+                     "--start-delay", f"{args.start_delay:g}"]
     else:
         argv_next = ["sleep", seconds]
     program = argv_next[0] if args.exec_python else SLEEP

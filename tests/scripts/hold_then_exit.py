@@ -29,7 +29,12 @@ Output (JSON lines, see ``workload_common.py``; ``status*`` are
 
 Run::
 
-    python hold_then_exit.py --mib 200 --hold-seconds 2 --exit-mode normal
+    python hold_then_exit.py --mib 200 --hold-seconds 2 --exit-mode normal --start-delay 2
+
+``--start-delay`` seconds pass before the allocation (in the holding thread
+in ``thread`` mode, so ``main`` still returns at once): a tracer that starts
+the script (``memtrace run``) finds the interpreter, and attaches at its exit
+point, some time after the exec.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import sys
 import threading
 import time
 
-from workload_common import MIB, emit, proc_status
+from workload_common import MIB, emit, proc_status, wait_for_start
 
 #: Payload bytes of each object: with the 33-byte ``bytes`` header, 432 bytes,
 #: a multiple of pymalloc's 16-byte size classes (no rounding slack).
@@ -82,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="normal: return from main (exit 0); sys_exit: sys.exit(3); os_exit: os._exit(4); "
                              "sigkill: SIGKILL to itself; thread: all of it in a non-daemon thread while main "
                              "returns (exit 0) (default normal)")
+    parser.add_argument("--start-delay", type=float, default=0.0,
+                        help="seconds to wait before allocating (default 0)")
     args = parser.parse_args(argv)
     if args.exit_mode == "thread":
         threading.Thread(target=hold_and_report, args=(args,), name="holder").start()
@@ -98,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def hold_and_report(args: argparse.Namespace) -> None:
-    """Allocate and hold ``--mib`` MiB, report ``holding``, hold, report ``exiting``."""
+    """Wait ``--start-delay``, allocate and hold ``--mib`` MiB, report ``holding``, hold, report ``exiting``."""
+    wait_for_start(args.start_delay)
     start = proc_status()
     objects, held = hold_memory(int(args.mib * MIB))
     now = proc_status()
