@@ -4,7 +4,9 @@
 //! threads at once. The growth must be credited to `grow_rows`, read
 //! through each thread's own thread state and the build's
 //! `_Py_DebugOffsets` (its object header is larger), and the census must
-//! say it did not read the build's mimalloc heaps.
+//! say it did not read the build's mimalloc heaps. In allocator mode the
+//! same growth is a leak of `grow_rows`, and the process is not taken for
+//! a pymalloc one.
 //!
 //! It needs root (CAP_BPF + CAP_PERFMON), a kernel with BTF and the 3.13t
 //! build; without them it prints why it skips.
@@ -22,6 +24,35 @@ use common::{free_threaded_python, require_ebpf, stack_functions, trace_expectin
 /// Tolerance of sampled sums (one sample per 512 KiB on average) against
 /// the workload's own RSS growth (tests/frames.rs).
 const SAMPLED: f64 = 0.25;
+
+/// Allowed relative error of allocator mode's sampled bytes, at a 64 KiB
+/// mean, against the workload's `sys.getsizeof` count (tests/allocations.rs).
+const ALLOC_TOLERANCE: f64 = 0.15;
+
+/// Runs free_threaded_grow.py (40 MiB a thread) under `memtrace run` with
+/// the options `before` its command.
+fn trace_workload(before: &[&str]) -> Option<Trace> {
+    let python = free_threaded_python()?;
+    let script = common::script("free_threaded_grow.py");
+    let mut args = vec!["run"];
+    args.extend_from_slice(before);
+    args.extend([
+        "--",
+        python.to_str().unwrap(),
+        script.to_str().unwrap(),
+        "--mib",
+        "40",
+        // memtrace finds the interpreter some time after the exec
+        // (tests/frames.rs).
+        "--start-delay",
+        "2",
+    ]);
+    let trace = trace_expecting(&args, 0);
+    assert_eq!(trace.workload_event("ready")["gil_enabled"], false);
+    let grown = trace.workload_event("grown");
+    assert!(ran_at_once(&grown["threads"]), "{grown}");
+    Some(trace)
+}
 
 /// Growth credited to paths whose Python stack names `function`.
 fn attributed_bytes(trace: &Trace, function: &str) -> f64 {
@@ -60,26 +91,8 @@ fn ran_at_once(threads: &Value) -> bool {
 
 #[test]
 fn names_the_function_growing_on_two_threads_of_3_13t() {
-    let python = require_ebpf!(free_threaded_python());
-    let script = common::script("free_threaded_grow.py");
-    let trace = trace_expecting(
-        &[
-            "run",
-            "--",
-            python.to_str().unwrap(),
-            script.to_str().unwrap(),
-            "--mib",
-            "40",
-            // memtrace finds the interpreter some time after the exec
-            // (tests/frames.rs).
-            "--start-delay",
-            "2",
-        ],
-        0,
-    );
-    assert_eq!(trace.workload_event("ready")["gil_enabled"], false);
+    let trace = require_ebpf!(trace_workload(&[]));
     let grown = trace.workload_event("grown");
-    assert!(ran_at_once(&grown["threads"]), "{grown}");
     let expected = grown["rss_growth_bytes"].as_f64().unwrap();
     let attributed = attributed_bytes(&trace, "grow_rows");
     assert!(
@@ -99,4 +112,40 @@ fn names_the_function_growing_on_two_threads_of_3_13t() {
         .expect("a census of the workload");
     assert_eq!(census["mimalloc"], true, "{census:#}");
     assert!(census["pymalloc"].is_null(), "{census:#}");
+}
+
+#[test]
+fn allocator_mode_on_3_13t_sees_a_leak_of_grow_rows_not_pymalloc() {
+    let mut options = vec!["--allocations", "--sample-bytes", "65536"];
+    options.extend(common::alloc_hooks_args());
+    let trace = require_ebpf!(trace_workload(&options));
+    let grown = trace.workload_event("grown");
+    let pid = grown["pid"].as_u64().unwrap();
+    let process = trace.report["allocations"]["processes"]
+        .as_array()
+        .expect("the report has an allocations section")
+        .iter()
+        .find(|p| p["tgid"].as_u64() == Some(pid))
+        .expect("an allocations entry of the workload");
+    assert_eq!(process["hook"]["status"], "hooked", "{process}");
+    assert_eq!(process["hook"]["pymalloc"], false, "{process}");
+    let leaked: f64 = process["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|path| {
+            path["stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|frame| frame.as_str().unwrap().starts_with("grow_rows "))
+        })
+        .map(|path| path["leaked_bytes"].as_f64().unwrap())
+        .sum();
+    let expected = grown["getsizeof_bytes"].as_f64().unwrap();
+    assert!(
+        (leaked - expected).abs() <= ALLOC_TOLERANCE * expected,
+        "grow_rows leaked {leaked} sampled, {expected} by sys.getsizeof\n{}",
+        trace.stdout()
+    );
 }

@@ -10,7 +10,8 @@ code at the same time.
 Output (JSON lines, see ``workload_common.py``): ``{"event": "ready", "pid": ...,
 "gil_enabled": <sys._is_gil_enabled()>}``, then, after ``--start-delay``
 seconds, ``{"event": "grown", "pid": ..., "function": "grow_rows",
-"rss_growth_bytes": <RSS after both threads minus RSS before>, "threads":
+"rss_growth_bytes": <RSS after both threads minus RSS before>,
+"getsizeof_bytes": <``sys.getsizeof`` of every row and of both lists>, "threads":
 [{"native_id": ..., "start_ns": ..., "end_ns": ...}, ...]}`` (times from
 ``time.monotonic_ns``), then ``--hold`` seconds of sleep before exit.
 
@@ -44,8 +45,10 @@ def grow_rows(rows: int, arrived: list[int], spans: list[dict[str, int]]) -> Non
     out = []
     for i in range(rows):
         out.append(b"%0400d" % i)
+    ended = time.monotonic_ns()
+    sizes = sum(sys.getsizeof(row) for row in out) + sys.getsizeof(out)
     spans.append({"native_id": threading.get_native_id(), "start_ns": began,
-                  "end_ns": time.monotonic_ns()})
+                  "end_ns": ended, "getsizeof_bytes": sizes})
     _KEEP.append(out)
 
 
@@ -70,7 +73,9 @@ def main() -> int:
         thread.start()
     for thread in threads:
         thread.join()
-    emit("grown", function="grow_rows", rss_growth_bytes=rss_bytes() - before, threads=spans)
+    grown = rss_bytes() - before
+    emit("grown", function="grow_rows", rss_growth_bytes=grown,
+         getsizeof_bytes=sum(span.pop("getsizeof_bytes") for span in spans), threads=spans)
     time.sleep(args.hold)
     return 0
 

@@ -160,3 +160,46 @@ fn real_3_14_debug_offsets() {
 fn real_3_15_debug_offsets() {
     real(&debian_python("3.15"), 74, 208);
 }
+
+/// The free-threaded 3.13t that `cargo xtask test` builds: its larger
+/// `PyObject` header (`ob_tid`, `ob_mutex`, `ob_gc_bits`, `ob_ref_local`,
+/// `ob_ref_shared`: 32 bytes before `ob_size`) comes from its own debug
+/// offsets, and its frames are 3.13's.
+#[test]
+fn real_3_13t_debug_offsets() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let exe = root.join("target/interpreters/python3.13t/bin/python3.13t");
+    let script = "import time; print('ready', flush=True); time.sleep(60)";
+    let Some(interp) = spawn(&exe.to_string_lossy(), script) else {
+        return;
+    };
+    let Probe::Python(python) = probe(interp.child.id()).unwrap() else {
+        panic!("{} not detected", exe.display());
+    };
+    assert!(python.free_threaded);
+    let memory = ProcessMemory::open(interp.child.id()).unwrap();
+    let debug = memory
+        .read_array::<DEBUG_OFFSETS_READ_BYTES>(python.runtime_addr)
+        .unwrap();
+    let layout = check(&debug, python.info.version_hex, &python.binary).unwrap();
+    assert_eq!(layout.walk.code_shape, 32);
+    // Code-object fields move by the 16 header bytes (pyenv's 3.13.0:
+    // 68, 200, 128); the frame and thread-state fields stay.
+    let walk = &layout.walk;
+    assert_eq!(
+        (walk.code_firstlineno, walk.code_adaptive, walk.code_name),
+        (84, 216, 144)
+    );
+    assert_eq!((walk.current_frame, walk.frame_owner), (72, 70));
+    assert_eq!(
+        (layout.unicode.state, layout.unicode.ascii_size_bytes),
+        (48, 56)
+    );
+    assert_eq!(
+        layout.object,
+        ObjectLayout {
+            ob_type: 24,
+            tp_name: 40
+        }
+    );
+}
