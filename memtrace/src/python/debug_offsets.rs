@@ -12,13 +12,16 @@
 //! with that struct's `size` and followed by `uint64_t` offsets.
 //!
 //! A free-threaded build (3.13t) describes its larger object headers in
-//! the same struct, at the same positions as the default build's.
+//! the same struct, at the same positions as the default build's (its
+//! values read with 3.13's positions pass [`check`] and the live frame
+//! check; `debug_offsets_tests` holds them).
 //!
 //! Which nested struct starts where changes between minor versions (3.14
 //! and 3.15 insert fields), so [`POSITIONS`] holds, per minor version, the
 //! start of each nested struct memtrace reads (`ptype /o struct
 //! _Py_DebugOffsets` in gdb against the debug info of pyenv's 3.13.0 and of
-//! Debian's 3.14.10 and 3.15.2, 2026-12-02). Within a nested struct the
+//! Debian's 3.14.10 and 3.15.2, 2026-12-02; `pyobject` and `type_object`
+//! 2026-12-04). Within a nested struct the
 //! fields memtrace reads kept their places in all three (3.15 inserted
 //! `base_frame` and two profiler fields before `thread_state.thread_id`,
 //! which is why that one is per version too). A minor version newer than
