@@ -16,6 +16,7 @@ use memtrace_common::{
     ALLOC_UNTRACKED, MM_ANONPAGES,
 };
 
+use super::sampler::Sampler;
 use super::session::{monotonic_ns, Session};
 use crate::aggregate::RunMeta;
 use crate::allocations::{AllocationsReport, KernelAllocStats, SampledBlock};
@@ -105,7 +106,19 @@ impl Session {
         };
         let libc = mapped_libc(tgid);
         let python_binary = python.as_ref().map(|p| p.binary.as_path());
-        let sampler = self.alloc_sampler.as_ref().map(|files| files.library());
+        let sampler = match &mut self.alloc_sampler {
+            Some(Sampler::Preloaded(files)) => Some(files.library().to_owned()),
+            Some(Sampler::Remote(remote)) => match remote.prepare(tgid) {
+                Ok(library) => Some(library),
+                Err(err) => {
+                    let reason = format!("{err:#}");
+                    report_not_hooked(tgid, &reason);
+                    tracker.not_hooked(tgid, reason);
+                    return;
+                }
+            },
+            None => None,
+        };
         if sampler.is_none() && python_binary.is_none() && libc.is_none() {
             let reason = "it maps no CPython allocator and no glibc libc.so".to_owned();
             report_not_hooked(tgid, &reason);
@@ -117,9 +130,21 @@ impl Session {
             start_time_ns,
             python_binary,
             libc.as_deref(),
-            sampler,
+            sampler.as_deref(),
         ) {
             Ok(binaries) => {
+                if let Err(err) = self.install_remote_sampler(tgid) {
+                    let reason = format!("{err:#}");
+                    self.tracer.detach_allocator(tgid);
+                    report_not_hooked(tgid, &reason);
+                    if let Some(tracker) = &mut self.allocations {
+                        tracker.not_hooked(tgid, reason);
+                    }
+                    return;
+                }
+                let Some(tracker) = &mut self.allocations else {
+                    return;
+                };
                 let names = binaries.iter().map(|p| file_name(p)).collect();
                 let free_threaded = python.as_ref().is_some_and(|p| p.free_threaded);
                 let pymalloc = !free_threaded && uses_pymalloc(tgid);
@@ -136,14 +161,24 @@ impl Session {
         }
     }
 
+    /// `record --pid`: installs the sampler in `tgid`, whose probes on its
+    /// markers are attached (nothing to do for `run`, or for a child that
+    /// inherited it).
+    fn install_remote_sampler(&mut self, tgid: u32) -> anyhow::Result<()> {
+        match &mut self.alloc_sampler {
+            Some(Sampler::Remote(remote)) => remote.install(tgid),
+            _ => Ok(()),
+        }
+    }
+
     /// The end of a session with the sampler: sampling stops in every
     /// hooked process still running (its wrappers only forward from now).
     pub(super) fn stop_samplers(&self) {
-        let Some(files) = &self.alloc_sampler else {
+        let Some(sampler) = &self.alloc_sampler else {
             return;
         };
         for tgid in self.tracer.hooked_allocators() {
-            if let Err(err) = files.stop_sampling(tgid) {
+            if let Err(err) = sampler.stop_sampling(tgid) {
                 eprintln!("memtrace: process {tgid}: cannot stop its sampler: {err:#}");
             }
         }

@@ -56,6 +56,9 @@ impl Session {
                     return;
                 }
                 self.watch_finalization(tgid, &process.binary, process.version);
+                if let Some(super::sampler::Sampler::Remote(remote)) = &mut self.alloc_sampler {
+                    remote.python_found(tgid, &process);
+                }
                 let hooked = HookedPython {
                     binary: process.binary.clone(),
                     free_threaded: process.free_threaded,
