@@ -33,6 +33,16 @@ use crate::stacks::RecordStack;
 /// one whatever the time).
 const ALLOCATIONS_CAPTURE_INTERVAL: Duration = Duration::from_secs(30);
 
+/// The CPython whose allocator API a process's hooks go on.
+#[derive(Clone, Debug)]
+pub(super) struct HookedPython {
+    /// The mapped file that defines the API (libpython or the executable).
+    pub(super) binary: PathBuf,
+    /// A free-threaded build (3.13t): its `PyObject_*` and `PyMem_*`
+    /// allocate from mimalloc, never from pymalloc's pools.
+    pub(super) free_threaded: bool,
+}
+
 impl Session {
     /// A traced process (image) entered the trace at monotonic `ts_ns`, its
     /// start time read from /proc (in clock ticks).
@@ -61,8 +71,8 @@ impl Session {
         if tracker.pending(fork.header.tgid) {
             return; // the parent is not hooked yet: the child is once probed
         }
-        let binary = self.alloc_python_binary.get(&fork.header.tgid).cloned();
-        self.hook_allocator(child, binary);
+        let python = self.alloc_python_binary.get(&fork.header.tgid).cloned();
+        self.hook_allocator(child, python);
     }
 
     /// A traced process exec'd: the old image's probes are gone with its
@@ -97,10 +107,10 @@ impl Session {
         self.tracer.detach_allocator(tgid);
     }
 
-    /// Attaches the allocator probes of `tgid` (CPython's in
-    /// `python_binary`, libc's in the libc it maps), once; a process that
-    /// cannot be hooked keeps the default mode, with the reason printed.
-    pub(super) fn hook_allocator(&mut self, tgid: u32, python_binary: Option<PathBuf>) {
+    /// Attaches the allocator probes of `tgid` (CPython's in `python`'s
+    /// binary, libc's in the libc it maps), once; a process that cannot be
+    /// hooked keeps the default mode, with the reason printed.
+    pub(super) fn hook_allocator(&mut self, tgid: u32, python: Option<HookedPython>) {
         let Some(tracker) = &mut self.allocations else {
             return;
         };
@@ -108,6 +118,7 @@ impl Session {
             return;
         };
         let libc = mapped_libc(tgid);
+        let python_binary = python.as_ref().map(|p| p.binary.as_path());
         let sampler = match &mut self.alloc_sampler {
             Some(Sampler::Preloaded(files)) => Some(files.library().to_owned()),
             Some(Sampler::Remote(remote)) => match remote.prepare(tgid) {
@@ -130,7 +141,7 @@ impl Session {
         match self.tracer.attach_allocator(
             tgid,
             start_time_ns,
-            python_binary.as_deref(),
+            python_binary,
             libc.as_deref(),
             sampler.as_deref(),
         ) {
@@ -148,9 +159,11 @@ impl Session {
                     return;
                 };
                 let names = binaries.iter().map(|p| file_name(p)).collect();
-                tracker.hooked(tgid, names, monotonic_ns(), uses_pymalloc(tgid));
-                if let Some(binary) = python_binary {
-                    self.alloc_python_binary.insert(tgid, binary);
+                let free_threaded = python.as_ref().is_some_and(|p| p.free_threaded);
+                let pymalloc = !free_threaded && uses_pymalloc(tgid);
+                tracker.hooked(tgid, names, monotonic_ns(), pymalloc);
+                if let Some(python) = python {
+                    self.alloc_python_binary.insert(tgid, python);
                 }
             }
             Err(err) => {

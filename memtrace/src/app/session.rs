@@ -128,9 +128,11 @@ pub(super) struct Session {
     pub(super) stop_reason: Option<StopReason>,
     /// `--allocations`: the allocator-mode aggregation.
     pub(super) allocations: Option<AllocationTracker>,
-    /// `--allocations`: the CPython binary whose allocator API is hooked,
-    /// per process (a fork's child gets its parent's).
-    pub(super) alloc_python_binary: std::collections::HashMap<u32, std::path::PathBuf>,
+    /// `--allocations`: the CPython whose allocator API is hooked (its
+    /// binary, whether it is free-threaded), per process (a fork's child
+    /// gets its parent's).
+    pub(super) alloc_python_binary:
+        std::collections::HashMap<u32, super::allocations::HookedPython>,
     /// `--alloc-hooks sampler`: how this session's sampler gets into the
     /// processes; the allocator probes go on its library's markers.
     pub(super) alloc_sampler: Option<super::sampler::Sampler>,

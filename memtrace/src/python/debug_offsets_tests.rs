@@ -14,7 +14,7 @@ fn synthetic_3_14(version_hex: u64, free_threaded: u64) -> Vec<u8> {
     let mut put = |at: usize, value: u64| bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
     put(8, version_hex);
     put(16, free_threaded);
-    let structs: [NestedStruct; 7] = [
+    let structs: [NestedStruct; 9] = [
         (24, 2400, &[(16, 808)]),
         (48, 8000, &[(16, 0), (24, 7344)]),
         (176, 300, &[(16, 8), (24, 16), (32, 72), (40, 152)]),
@@ -26,6 +26,8 @@ fn synthetic_3_14(version_hex: u64, free_threaded: u64) -> Vec<u8> {
         ),
         (592, 33, &[(8, 16), (16, 32)]),
         (616, 40, &[(8, 32), (16, 16), (24, 40)]),
+        (400, 16, &[(8, 8)]),
+        (416, 416, &[(8, 24)]),
     ];
     for (start, size, fields) in structs {
         put(start, size);
@@ -57,6 +59,14 @@ fn reads_3_14_and_names_each_refusal() {
     assert_eq!(layout.threads.interpreters_head, 808);
     assert_eq!(layout.threads.tstate_thread_id, 152);
     assert_eq!(layout.unicode.compact_size_bytes, 56);
+    assert_eq!(layout.walk.code_shape, 16);
+    assert_eq!(
+        layout.object,
+        ObjectLayout {
+            ob_type: 8,
+            tp_name: 24
+        }
+    );
     // A newer minor is read with the newest positions (3.15's, where
     // thread_id moved): here they do not fit 3.14's struct.
     assert_eq!(
@@ -104,7 +114,7 @@ fn header_parses() {
 
 /// The real structs give the walk the offsets python-stacks.md §2 lists
 /// (3.13 [V], 3.14 [B]); the same bytes with the free-threaded flag are
-/// refused.
+/// refused from 3.14 on (3.13t is read).
 fn real(exe: &str, owner: u16, adaptive: u16) {
     let script = "import time; print('ready', flush=True); time.sleep(60)";
     let Some(interp) = spawn(exe, script) else {
@@ -128,8 +138,13 @@ fn real(exe: &str, owner: u16, adaptive: u16) {
     assert_remote_debug(&memory, &debug, python.runtime_addr, version);
     let mut threaded = debug;
     threaded[16] = 1;
-    let error = check(&threaded, version, &python.binary).unwrap_err();
-    assert!(matches!(error, ProbeError::FreeThreaded { .. }), "{error}");
+    let threaded = check(&threaded, version, &python.binary);
+    if python.version.minor == 13 {
+        assert!(threaded.unwrap().free_threaded);
+    } else {
+        let error = threaded.unwrap_err();
+        assert!(matches!(error, ProbeError::FreeThreaded { .. }), "{error}");
+    }
 }
 
 /// PEP 768's fields, on 3.14+ only: the support struct's fields in their
@@ -170,6 +185,49 @@ fn real_3_14_debug_offsets() {
 #[test]
 fn real_3_15_debug_offsets() {
     real(&debian_python("3.15"), 74, 208);
+}
+
+/// The free-threaded 3.13t that `cargo xtask test` builds: its larger
+/// `PyObject` header (`ob_tid`, `ob_mutex`, `ob_gc_bits`, `ob_ref_local`,
+/// `ob_ref_shared`: 32 bytes before `ob_size`) comes from its own debug
+/// offsets, and its frames are 3.13's.
+#[test]
+fn real_3_13t_debug_offsets() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let exe = root.join("target/interpreters/python3.13t/bin/python3.13t");
+    let script = "import time; print('ready', flush=True); time.sleep(60)";
+    let Some(interp) = spawn(&exe.to_string_lossy(), script) else {
+        return;
+    };
+    let Probe::Python(python) = probe(interp.child.id()).unwrap() else {
+        panic!("{} not detected", exe.display());
+    };
+    assert!(python.free_threaded);
+    let memory = ProcessMemory::open(interp.child.id()).unwrap();
+    let debug = memory
+        .read_array::<DEBUG_OFFSETS_READ_BYTES>(python.runtime_addr)
+        .unwrap();
+    let layout = check(&debug, python.info.version_hex, &python.binary).unwrap();
+    assert_eq!(layout.walk.code_shape, 32);
+    // Code-object fields move by the 16 header bytes (pyenv's 3.13.0:
+    // 68, 200, 128); the frame and thread-state fields stay.
+    let walk = &layout.walk;
+    assert_eq!(
+        (walk.code_firstlineno, walk.code_adaptive, walk.code_name),
+        (84, 216, 144)
+    );
+    assert_eq!((walk.current_frame, walk.frame_owner), (72, 70));
+    assert_eq!(
+        (layout.unicode.state, layout.unicode.ascii_size_bytes),
+        (48, 56)
+    );
+    assert_eq!(
+        layout.object,
+        ObjectLayout {
+            ob_type: 24,
+            tp_name: 40
+        }
+    );
 }
 
 #[test]
