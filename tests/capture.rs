@@ -271,6 +271,24 @@ fn a_capture_cut_by_sigkill_still_reports_what_was_flushed() {
     }
     let (report, stderr) = report_json(&capture);
     assert!(stderr.contains("no end"), "no cut-off warning: {stderr}");
+    // The verdict says it too, with what it means for the figures.
+    let covered_ns = report["meta"]["cut_after_ns"]
+        .as_u64()
+        .expect("the JSON says the capture was cut");
+    assert!(covered_ns > 0, "{covered_ns}");
+    let output = memtrace().arg("report").arg(&capture).output().unwrap();
+    assert_success(&output, "memtrace report");
+    let table = String::from_utf8_lossy(&output.stdout);
+    let verdict = &table[table.rfind("\nVerdict: ").expect("a verdict")..];
+    let said = verdict
+        .lines()
+        .find(|l| l.trim_start().starts_with("capture cut after "))
+        .unwrap_or_else(|| panic!("the verdict does not say the capture was cut:\n{verdict}"));
+    assert!(
+        said.contains(&format!("{:.1} s", covered_ns as f64 / 1e9))
+            && said.contains("show as alive"),
+        "{said}"
+    );
     assert!(
         growth_functions(&report).iter().any(|f| f == "fill_cache"),
         "no growth path through fill_cache: {:?}",

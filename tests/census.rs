@@ -116,7 +116,9 @@ fn assert_census(trace: &Trace, event: &Value, holder: &str, remedy: &str) {
 #[test]
 fn threads_freeing_into_glibc_arenas_are_the_allocators_memory() {
     let python = require_ebpf!(python_3_11());
-    let args = ["--threads", "8", "--mib", "40", "--hold", "3"];
+    // Held 6 s: a census that took 200 ms under load waits 4 s for the next
+    // (5% duty), and the one that counts is the one after the frees.
+    let args = ["--threads", "8", "--mib", "40", "--hold", "6"];
     let trace = trace_script(&python, "census_thread_arenas.py", &args);
     let event = trace.workload_event("freed");
     assert_census(
@@ -133,7 +135,8 @@ fn survivors_pinning_pymalloc_arenas_are_the_allocators_memory() {
     // _Py_GetAllocatedBlocks), else pyenv's.
     let debian = interpreter(&[PathBuf::from("/usr/bin/python3.11")]);
     let python = require_ebpf!(debian.or_else(python_3_11));
-    let args = ["--mib", "200", "--keep-every", "32", "--hold", "3"];
+    // Held 6 s, as above: the census after the thinning is the one that counts.
+    let args = ["--mib", "200", "--keep-every", "32", "--hold", "6"];
     let trace = trace_script(&python, "alloc_fragment.py", &args);
     let event = trace.workload_event("thinned");
     assert_census(

@@ -436,6 +436,15 @@ fn roles_come_from_what_a_process_is() {
         above <= LINE_BUDGET,
         "{above} lines above the verdict:\n{stdout}"
     );
+    // Warnings of one kind on one line (the JSON keeps them all).
+    let incomplete = stdout
+        .lines()
+        .filter(|l| l.starts_with("warning: ") && l.contains("incomplete stacks"))
+        .count();
+    assert!(
+        incomplete <= 1,
+        "{incomplete} incomplete-stack lines:\n{stdout}"
+    );
     let files_at = stdout.rfind("\nFiles written\n").expect("files written");
     let between = &stdout[files_at..verdict_at];
     assert!(
@@ -536,4 +545,102 @@ fn bash_sources_the_completions_and_completes_subcommands_and_options() {
         options.contains("--fail-above") && options.contains("--fail-on-cause"),
         "{options}"
     );
+}
+
+#[test]
+fn a_pid_flag_given_no_pid_says_what_to_check() {
+    // What `record --pid $(pgrep -f nothing) --duration 5s` runs.
+    for args in [
+        &["record", "--pid", "--duration", "5s"][..],
+        &["record", "--pid", ""],
+        &["agent", "--pid"],
+    ] {
+        let output = memtrace().args(args).stdin(Stdio::null()).output().unwrap();
+        assert!(!output.status.success(), "memtrace {args:?} succeeded");
+        let err = stderr_of(&output);
+        assert!(
+            err.contains("no PID") && err.contains("did `pgrep` match nothing?"),
+            "memtrace {args:?}: {err}"
+        );
+    }
+    // Without the flag, `record` still says --pid is required.
+    let output = memtrace()
+        .args(["record", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert!(
+        stderr_of(&output).contains("--pid"),
+        "{}",
+        stderr_of(&output)
+    );
+}
+
+#[test]
+fn a_program_without_python_is_traced_and_said_so() {
+    require_ebpf!();
+    let dir = tempfile::tempdir().unwrap();
+    // bash holds a 32 MB string its command substitution read.
+    let line = "x=$(head -c 32000000 /dev/zero | tr '\\0' a); sleep 0.5; echo ${#x}";
+    let output = memtrace()
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "--quiet",
+            "--output-dir",
+            "out",
+            "--",
+            "bash",
+            "-c",
+            line,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr_of(&output));
+    let stdout = stdout_of(&output);
+    assert!(stdout.contains("32000000"), "{stdout}");
+    let verdict = verdict_of(&stdout);
+    assert!(
+        verdict.lines().any(|l| l.trim_start().starts_with(
+            "no Python stacks: no traced process is Python; memtrace still measures RSS"
+        )),
+        "{verdict}"
+    );
+    // The warnings say what is still traced, on one line for all of them.
+    let warnings: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("warning: ") && l.contains("no Python stacks"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stdout}");
+    assert!(warnings[0].contains("still traced"), "{}", warnings[0]);
+    // Its RSS is still measured: bash's peak is at least the string above
+    // where it started.
+    let json = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("a JSON report");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let grown = |p: &serde_json::Value| {
+        let rss = &p["rss"];
+        rss["peak_bytes"].as_u64().unwrap_or(0) - rss["start_bytes"].as_u64().unwrap_or(0)
+    };
+    let bash = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["cmdline"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("bash -c"))
+        })
+        .max_by_key(|p| grown(p))
+        .unwrap_or_else(|| panic!("no bash row: {report:#}"));
+    assert!(
+        grown(bash) >= 32_000_000,
+        "bash grew {} bytes: {bash:#}",
+        grown(bash)
+    );
+    assert_eq!(bash["python"]["status"], "not_python", "{bash:#}");
 }

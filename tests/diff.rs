@@ -159,6 +159,7 @@ fn two_captures_of_a_growing_script_name_the_grown_function() {
     let (before, after) = (before.to_str().unwrap(), after.to_str().unwrap());
 
     let table = success(&["diff", before, after]);
+    assert!(!table.contains("different programs"), "{table}");
     // 128 - 16 MiB more kept until the end.
     assert_top_path_grew(&table, "fill_cache", 56.0);
     // The two runs' processes (other tgids, other arguments) are paired on
@@ -201,6 +202,73 @@ fn two_captures_of_a_growing_script_name_the_grown_function() {
     let top1 = success(&["diff", before, after, "--top", "1"]);
     assert!(top1.contains("\nsummary: "), "{top1}");
     assert!(!top1.contains("\n  2. "), "{top1}");
+}
+
+#[test]
+fn captures_of_two_programs_are_said_to_differ_and_empty_rows_left_out() {
+    let python = require_ebpf!(python());
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, hold) = (
+        dir.path().join("cache.capture"),
+        dir.path().join("hold.capture"),
+    );
+    record(
+        dir.path(),
+        &cache,
+        &python,
+        "grow_cache.py",
+        &["--mib", "16", "--hold", "0.5"],
+    );
+    let hold_args = [
+        "--mib",
+        "24",
+        "--hold-seconds",
+        "0.5",
+        "--exit-mode",
+        "normal",
+    ];
+    record(dir.path(), &hold, &python, "hold_then_exit.py", &hold_args);
+    let (cache, hold) = (cache.to_str().unwrap(), hold.to_str().unwrap());
+    let table = success(&["diff", cache, hold]);
+    let warning = table
+        .lines()
+        .find(|l| l.starts_with("warning: the captures trace different programs"))
+        .unwrap_or_else(|| panic!("no warning that the programs differ:\n{table}"));
+    assert!(
+        warning.contains("grow_cache.py") && warning.contains("hold_then_exit.py"),
+        "{warning}"
+    );
+    // Both runs ended: no "0 B → 0 B" total, no row of nothing on both sides.
+    assert!(!table.contains("0 B → 0 B"), "{table}");
+    for row in table
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains(". "))
+    {
+        let numbers: Vec<&str> = row.split_whitespace().skip(1).collect();
+        assert!(
+            numbers
+                .chunks(2)
+                .any(|pair| pair[0].trim_start_matches(['+', '-']) != "0"),
+            "an empty row: {row}\n{table}"
+        );
+    }
+    // The JSON and the flame graph (on standard error) say it too.
+    let json: serde_json::Value =
+        serde_json::from_str(&success(&["diff", cache, hold, "--format", "json"])).unwrap();
+    assert!(
+        json["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("different programs")),
+        "{json:#}"
+    );
+    let svg = dir.path().join("two.svg");
+    let output = run(&["diff", cache, hold, "-o", svg.to_str().unwrap()]);
+    assert_success(&output, "memtrace diff -o two.svg");
+    assert!(
+        text(&output.stderr).contains("different programs"),
+        "{}",
+        text(&output.stderr)
+    );
 }
 
 #[test]

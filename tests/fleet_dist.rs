@@ -59,13 +59,15 @@ fn unpacked() -> Option<(tempfile::TempDir, PathBuf)> {
 }
 
 #[test]
-fn the_tarball_holds_the_binary_readme_licences_and_deploy_examples() {
+fn the_tarball_holds_the_binary_readme_docs_licences_and_deploy_examples() {
     let Some((_dir, top)) = unpacked() else {
         return;
     };
     for file in [
         "memtrace",
         "README.md",
+        "docs/fleet.md",
+        "docs/requirements.md",
         "LICENSE-MIT",
         "LICENSE-APACHE",
         "examples/deploy/systemd/memtrace-agent.service",

@@ -402,11 +402,16 @@ fn workers_recycled_on_reused_pids_keep_the_series_bounded() {
     let Some(binary) = prometheus_binary() else {
         return;
     };
-    // 60 workers one after another on 4 pid slots: ~20 s.
+    // 60 workers one after another on 4 pid slots: ~20 s, from when the
+    // agent's series of the master reached Prometheus (the start file).
+    let dir = tempfile::tempdir().unwrap();
+    let start_file = dir.path().join("start");
     let master = Command::new(&python)
         .arg(common::script("recycle_workers.py"))
         .args(["--workers", "60", "--pid-slots", "4", "--base-mib", "2"])
-        .args(["--worker-seconds", "0.3"])
+        .args(["--worker-seconds", "0.3", "--start-delay", "60"])
+        .arg("--start-file")
+        .arg(&start_file)
         .stdout(Stdio::null())
         .spawn()
         .expect("start recycle_workers.py");
@@ -415,6 +420,15 @@ fn workers_recycled_on_reused_pids_keep_the_series_bounded() {
     let agent_port = free_port();
     let agent = start_agent(&["--pid", &master_pid, "--interval", "1s"], agent_port);
     let prometheus = Prometheus::start(&binary, agent_port);
+    let traced = Instant::now() + Duration::from_secs(60);
+    while prometheus
+        .query("memtrace_process_resident_bytes")
+        .is_empty()
+        && Instant::now() < traced
+    {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::fs::write(&start_file, b"").unwrap();
     let (mut most_series, mut scrapes) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(60);
     while master.0.try_wait().expect("wait").is_none() && Instant::now() < deadline {

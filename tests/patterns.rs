@@ -281,7 +281,7 @@ fn a_launch_shims_shells_are_helpers_not_workers() {
 }
 
 /// Most lines of the terminal verdict (`report::verdict::MAX_VERDICT_LINES`).
-const MAX_VERDICT_LINES: usize = 25;
+const MAX_VERDICT_LINES: usize = 29;
 
 #[test]
 fn the_demo_ends_with_one_cause_naming_render_report_in_every_worker() {

@@ -150,7 +150,8 @@ pub const SAMPLE_MEAN_MIN_DIVISOR: u64 = 64;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SamplingState {
     /// The mean in force, bytes; 0 before the image's first memory event
-    /// (which starts a window at the smallest mean).
+    /// (which starts a window at `--sample-bytes`: a new image's rate is not
+    /// known yet).
     pub mean_bytes: u64,
     /// When the current window began, `bpf_ktime_get_ns` ns.
     pub window_start_ns: u64,

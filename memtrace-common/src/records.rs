@@ -177,6 +177,12 @@ pub struct ExitRecord {
     /// the record was made (kernels before 6.16 run `sched_process_exit`
     /// after `exit_mm()`): `counters` then hold memory after the teardown.
     pub mm_released: u32,
+    /// Non-zero when the kernel's OOM killer chose the process as its
+    /// victim: `signal_struct.oom_mm` was set (mm/oom_kill.c
+    /// `mark_oom_victim`, for the global and the cgroup OOM killer alike).
+    pub oom_victim: u32,
+    /// Always zero; keeps `counters` 8-byte aligned.
+    pub _pad: u32,
     /// The final counters (before `exit_mm()` unless `mm_released`).
     pub counters: ProcessCounters,
 }
@@ -494,9 +500,15 @@ const _: () = {
     assert!(core::mem::size_of::<FreeRecord>() == 40);
     assert!(core::mem::size_of::<RecordHeader>() == 24);
     assert!(core::mem::size_of::<ForkRecord>() == 72);
+<<<<<<< HEAD
     assert!(core::mem::size_of::<ExecRecord>() == 24 + 248);
     assert!(core::mem::size_of::<ExitBeginRecord>() == 32 + 248);
     assert!(core::mem::size_of::<ExitRecord>() == 32 + 248);
+=======
+    assert!(core::mem::size_of::<ExecRecord>() == 24 + 216);
+    assert!(core::mem::size_of::<ExitBeginRecord>() == 32 + 216);
+    assert!(core::mem::size_of::<ExitRecord>() == 40 + 216);
+>>>>>>> main
     assert!(core::mem::size_of::<MemoryRecord>() == 88 + 16 * MAX_FRAMES);
     assert!(core::mem::size_of::<AddressRecord>() == 72);
 };

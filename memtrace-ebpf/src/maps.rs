@@ -164,6 +164,10 @@ pub static TASK_SIGNAL_OFFSET: Global<u64> = Global::new(0);
 /// exited), from the kernel's BTF.
 #[unsafe(no_mangle)]
 pub static SIGNAL_LIVE_OFFSET: Global<u64> = Global::new(0);
+/// `offsetof(struct signal_struct, oom_mm)` (`struct mm_struct *`, set
+/// once the OOM killer chose the group), from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub static SIGNAL_OOM_MM_OFFSET: Global<u64> = Global::new(0);
 /// `offsetof(struct task_struct, mm)`, from the kernel's BTF.
 #[unsafe(no_mangle)]
 pub static TASK_MM_OFFSET: Global<u64> = Global::new(0);

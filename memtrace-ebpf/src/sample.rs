@@ -57,8 +57,10 @@ unsafe fn mean_in_force(state: *mut SamplingState, len_bytes: u64) -> u64 {
     // SAFETY: see the function's contract.
     let state = unsafe { &mut *state };
     if state.mean_bytes == 0 || now_ns.wrapping_sub(state.window_start_ns) >= SAMPLING_WINDOW_NS {
+        // A new image starts at `--sample-bytes`, until a window says how
+        // fast it grows.
         let wanted = if state.mean_bytes == 0 {
-            min
+            max
         } else {
             state.window_bytes / SAMPLE_BUDGET_PER_WINDOW
         };

@@ -66,8 +66,10 @@ pub struct SinkArgs {
 pub struct AgentArgs {
     /// Trace this process and what it forks (several after one flag, or the
     /// flag repeated); by default every Python process on the host is traced.
-    #[arg(long = "pid", value_name = "PID", num_args = 1..)]
-    pub pids: Vec<u32>,
+    /// Given no PID (an empty `$(pgrep ...)`), the agent says so and stops
+    /// instead of tracing every process.
+    #[arg(long = "pid", value_name = "PID", num_args = 0.., value_parser = parse_pid)]
+    pub pids: Option<Vec<u32>>,
     /// Trace every process whose command line (arguments joined with
     /// spaces) matches this regular expression, and what it forks.
     #[arg(long = "match", value_name = "REGEX")]
@@ -354,8 +356,15 @@ pub struct DiffArgs {
 pub struct RecordArgs {
     /// Process to attach to; several after one flag (`--pid $(pgrep -f
     /// app.py)`) or the flag repeated. Its existing descendants are traced
-    /// too unless --no-follow-forks is given.
-    #[arg(long = "pid", value_name = "PID", required = true, num_args = 1..)]
+    /// too unless --no-follow-forks is given. Given no PID (an empty
+    /// `$(pgrep ...)`), memtrace says so and stops.
+    #[arg(
+        long = "pid",
+        value_name = "PID",
+        required = true,
+        num_args = 0..,
+        value_parser = parse_pid
+    )]
     pub pids: Vec<u32>,
     /// Allow `--pid 1` with its forks followed: PID 1 is the ancestor of
     /// every process, so this traces the whole machine.
@@ -383,6 +392,23 @@ pub struct RunArgs {
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
+
+/// A `--pid`: a process id, more than zero; an empty value (a quoted
+/// `"$(pgrep ...)"` that matched nothing) says so.
+fn parse_pid(text: &str) -> Result<u32, String> {
+    if text.trim().is_empty() {
+        return Err(format!("no PID given: {PGREP_HINT}"));
+    }
+    match text.trim().parse::<u32>() {
+        Ok(0) | Err(_) => Err(format!("`{text}` is not a process id (a number above 0)")),
+        Ok(pid) => Ok(pid),
+    }
+}
+
+/// What to check when `--pid` got no PID.
+pub const PGREP_HINT: &str = "did `pgrep` match nothing? `--pid $(pgrep -f app.py)` passes no \
+                              PID when no process matches; `pgrep -af app.py` lists what is \
+                              running";
 
 /// A `--duration`: humantime syntax (`30s`, `5m`, `1h 30m`), more than zero.
 fn parse_duration(text: &str) -> Result<Duration, String> {

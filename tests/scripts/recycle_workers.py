@@ -24,7 +24,8 @@ Worker ``i`` runs :func:`work_in_child`, which appends distinct 432-byte
 their 8-byte list slots) are held, reports, holds its memory until
 ``--worker-seconds`` after its fork, and exits with code ``i % 4`` (so the
 exit statuses of the workers on one pid differ). Stdlib only; bounded
-(about ``--workers * (--worker-seconds + 0.01)`` seconds: 10 s by default).
+(about ``--workers * (--worker-seconds + 0.01)`` seconds: 10 s by default, after
+``--start-file`` appeared or ``--start-delay`` passed).
 
 Output (JSON lines, see ``workload_common.py``; ``status`` is a
 :func:`workload_common.proc_status` dict, in bytes):
@@ -55,7 +56,7 @@ import sys
 import time
 import traceback
 
-from workload_common import MIB, emit, proc_status, start_time_ticks
+from workload_common import MIB, emit, proc_status, start_time_ticks, wait_for_start
 
 #: Payload bytes of each object: with the 33-byte ``bytes`` header, 432 bytes,
 #: a multiple of pymalloc's 16-byte size classes (no rounding slack).
@@ -172,6 +173,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="worker i grows BASE + 4 * (i %% 5) MiB (default 8)")
     parser.add_argument("--worker-seconds", type=float, default=0.3,
                         help="each worker exits this many seconds after its fork (default 0.3)")
+    parser.add_argument("--start-file",
+                        help="after the ready event, fork the first worker only once this file exists "
+                             "(or --start-delay passed)")
+    parser.add_argument("--start-delay", type=float, default=0.0,
+                        help="seconds to wait after the ready event, at most, for --start-file (default 0)")
     args = parser.parse_args(argv)
     if args.workers < 1 or args.pid_slots < 1 or args.base_mib < 0 or args.worker_seconds < 0:
         parser.error("need --workers >= 1, --pid-slots >= 1, --base-mib >= 0, --worker-seconds >= 0")
@@ -193,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as error:
             pid_control, control_error = "none", f"{type(error).__name__}: {error}"
     emit("ready", pid_control=pid_control, pid_control_error=control_error, pid_max=limit)
+    wait_for_start(args.start_delay, args.start_file)
     slots: list[int] = []
     if pid_control == "ns_last_pid":
         slots = free_pids(master - 1000, args.pid_slots, limit, set())

@@ -1,7 +1,7 @@
 //! `cargo xtask dist`: a tarball a node runs memtrace from without Rust,
 //! `target/dist/memtrace-VERSION-x86_64-linux.tar.gz`: the release binary
 //! (its eBPF object is embedded at build time; it needs glibc and a kernel
-//! with BTF), README, the licences and `examples/deploy/` (systemd unit,
+//! with BTF), README and `docs/`, the licences and `examples/deploy/` (systemd unit,
 //! Kubernetes DaemonSet, Prometheus scrape config, Grafana dashboard).
 //! tests/fleet_dist.rs unpacks it in an empty folder and traces with it.
 
@@ -33,6 +33,7 @@ pub fn run(bin: &Path) -> Result<PathBuf> {
     for file in FILES {
         copy(Path::new(file), &stage.join(file))?;
     }
+    copy_tree(Path::new("docs"), &stage.join("docs"))?;
     copy_tree(Path::new("examples/deploy"), &stage.join("examples/deploy"))?;
     let tarball = Path::new(DIST).join(format!("{name}.tar.gz"));
     check(

@@ -24,8 +24,8 @@ use crate::{
     kernel,
     maps::{
         ALLOC_THREADS, FOLLOW_FORKS, PROCESSES, PY_PROCESSES, SIGNAL_LIVE_OFFSET,
-        TASK_EXIT_CODE_OFFSET, TASK_PID_OFFSET, TASK_SIGNAL_OFFSET, TASK_START_BOOTTIME_OFFSET,
-        TASK_TGID_OFFSET,
+        SIGNAL_OOM_MM_OFFSET, TASK_EXIT_CODE_OFFSET, TASK_PID_OFFSET, TASK_SIGNAL_OFFSET,
+        TASK_START_BOOTTIME_OFFSET, TASK_TGID_OFFSET,
     },
     ring::{emit, header},
     sharers,
@@ -295,10 +295,15 @@ fn try_sched_process_exit() -> Result<(), ()> {
         return Ok(());
     }
     let exit_code: i32 = kernel::field(task, TASK_EXIT_CODE_OFFSET.load()).unwrap_or(0);
+    // Set by `mark_oom_victim` when the OOM killer chose the group; stays
+    // until the signal_struct is freed, after this tracepoint.
+    let oom_mm: u64 = kernel::field(signal, SIGNAL_OOM_MM_OFFSET.load()).unwrap_or(0);
     emit(ExitRecord {
         header: header(RecordKind::Exit, tgid),
         exit_code: exit_code as u32,
         mm_released: u32::from(kernel::task_mm(task) == 0),
+        oom_victim: u32::from(oom_mm != 0),
+        _pad: 0,
         // SAFETY: live map value; the last thread is exiting.
         counters: unsafe { *counters },
     });

@@ -253,6 +253,11 @@ pub enum ExitStatus {
         signal: u8,
         /// Whether it dumped core.
         core_dumped: bool,
+        /// Whether the kernel's OOM killer sent it (the process was its
+        /// victim: `memtrace_common::ExitRecord::oom_victim`); false when
+        /// not known (`wait(2)` does not tell).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        oom_killed: bool,
     },
 }
 
@@ -269,8 +274,38 @@ impl ExitStatus {
             Self::Signal {
                 signal,
                 core_dumped: raw & 0x80 != 0,
+                oom_killed: false,
             }
         }
+    }
+
+    /// [`Self::from_wait_status`] of an exit record's `exit_code`, killed by
+    /// the OOM killer when `oom_victim` and a signal ended it (a victim
+    /// already exiting on its own keeps its exit code).
+    pub fn from_exit_record(raw: u32, oom_victim: bool) -> Self {
+        match Self::from_wait_status(raw) {
+            Self::Signal {
+                signal,
+                core_dumped,
+                ..
+            } => Self::Signal {
+                signal,
+                core_dumped,
+                oom_killed: oom_victim,
+            },
+            code => code,
+        }
+    }
+
+    /// Whether the kernel's OOM killer ended it.
+    pub fn oom_killed(self) -> bool {
+        matches!(
+            self,
+            Self::Signal {
+                oom_killed: true,
+                ..
+            }
+        )
     }
 
     /// What a shell reports as `$?`: the code, or 128 + the signal.
@@ -283,13 +318,15 @@ impl ExitStatus {
 }
 
 impl fmt::Display for ExitStatus {
-    /// `exit 3`, `SIGKILL`, `SIGSEGV (core dumped)`.
+    /// `exit 3`, `SIGKILL`, `SIGSEGV (core dumped)`, `SIGKILL (OOM
+    /// killer)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Code { code } => write!(f, "exit {code}"),
             Self::Signal {
                 signal,
                 core_dumped,
+                oom_killed,
             } => {
                 match nix::sys::signal::Signal::try_from(i32::from(*signal)) {
                     Ok(sig) => f.write_str(sig.as_str())?,
@@ -297,6 +334,9 @@ impl fmt::Display for ExitStatus {
                 }
                 if *core_dumped {
                     f.write_str(" (core dumped)")?;
+                }
+                if *oom_killed {
+                    f.write_str(" (OOM killer)")?;
                 }
                 Ok(())
             }
@@ -343,6 +383,22 @@ mod tests {
         assert_eq!(segv.shell_status(), 139);
         assert_eq!(segv.to_string(), "SIGSEGV (core dumped)");
         assert_eq!(ExitStatus::from_wait_status(0).to_string(), "exit 0");
+    }
+
+    #[test]
+    fn oom_victims_killed_by_a_signal_are_said() {
+        let oom = ExitStatus::from_exit_record(9, true);
+        assert!(oom.oom_killed());
+        assert_eq!(oom.to_string(), "SIGKILL (OOM killer)");
+        assert_eq!(oom.shell_status(), 137);
+        // A victim already exiting on its own keeps its code.
+        let exiting = ExitStatus::from_exit_record(1 << 8, true);
+        assert_eq!(exiting, ExitStatus::Code { code: 1 });
+        assert!(!ExitStatus::from_exit_record(9, false).oom_killed());
+        let json = serde_json::to_value(oom).unwrap();
+        assert_eq!(json["oom_killed"], true);
+        let plain = serde_json::to_value(ExitStatus::from_wait_status(9)).unwrap();
+        assert!(plain.get("oom_killed").is_none(), "{plain}");
     }
 
     #[test]

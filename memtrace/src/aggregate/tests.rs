@@ -129,6 +129,7 @@ fn a_signal_ends_the_numbers_at_the_exit_record() {
     let signal = ExitStatus::Signal {
         signal: 9,
         core_dumped: false,
+        oom_killed: false,
     };
     agg.process_exited(id, 800, Some(signal), Some(&rss(90 * MIB, 0)));
     let report = agg.finish(2_000, meta());

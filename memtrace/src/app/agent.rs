@@ -21,7 +21,7 @@ use crate::process::proc;
 /// The agent's records ring buffer: 8 MiB, a quarter of `record`'s. The
 /// kernel maps its data pages twice (for records that wrap), so the ring
 /// adds up to twice its size to memtrace's RSS once written; 8 MiB kept
-/// the drops at 0 for the demo service with 16 workers (README, "Fleet").
+/// the drops at 0 for the demo service with 16 workers (docs/fleet.md).
 const AGENT_RING_BYTES: u32 = 8 << 20;
 /// How often `/proc` is polled for processes to trace.
 const DISCOVERY_INTERVAL: Duration = Duration::from_secs(1);
@@ -111,11 +111,17 @@ pub(super) async fn run(args: AgentArgs) -> Result<ExitCode> {
 
 /// The targets the command line asks for.
 fn selector(args: &AgentArgs) -> Result<Selector> {
-    if !args.pids.is_empty() {
-        for &pid in &args.pids {
+    if let Some(pids) = &args.pids {
+        anyhow::ensure!(
+            !pids.is_empty(),
+            "--pid was given no PID: {}; without --pid, the agent traces every Python \
+             process",
+            crate::cli::PGREP_HINT
+        );
+        for &pid in pids {
             super::check_target(pid, false, false)?;
         }
-        return Ok(Selector::Pids(args.pids.clone()));
+        return Ok(Selector::Pids(pids.clone()));
     }
     if let Some(pattern) = &args.matching {
         let regex = regex::Regex::new(pattern)

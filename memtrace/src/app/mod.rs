@@ -55,6 +55,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 /// `memtrace record --pid ...`: traces running processes and, unless
 /// `--no-follow-forks`, their existing descendants and later forks.
 async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Result<ExitCode> {
+    anyhow::ensure!(
+        !pids.is_empty(),
+        "--pid was given no PID: {}, or start the program traced: `memtrace run -- COMMAND`",
+        crate::cli::PGREP_HINT
+    );
     for &pid in &pids {
         check_target(pid, allow_init, common.no_follow_forks)?;
     }

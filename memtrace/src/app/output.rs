@@ -65,6 +65,7 @@ impl Session {
             command_status,
             origin: crate::aggregate::Origin::here(self.attached_unix_ns),
             exit_point_caveats: std::mem::take(&mut self.exit_point_caveats),
+            cut_after_ns: None,
         };
         let census = self.census.finish();
         self.recorder.census(&census);

@@ -178,7 +178,7 @@ impl Session {
             self.recorder
                 .python_status(process.id, PythonStatus::NotPython);
         }
-        let status = ExitStatus::from_wait_status(exit.exit_code);
+        let status = ExitStatus::from_exit_record(exit.exit_code, exit.oom_victim != 0);
         // After the teardown (kernels before 6.16) the counters are not the
         // process's memory: its last reading is.
         let counters = (exit.mm_released == 0).then_some(&exit.counters);

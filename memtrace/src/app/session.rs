@@ -37,14 +37,14 @@ use crate::{
 
 /// What `--allocations --alloc-hooks uprobes` costs the traced processes,
 /// said when it starts: `cargo xtask bench --peers` measured about 2 us
-/// added per allocator call with its free on the 2-core VM (README,
-/// "Allocator mode").
+/// added per allocator call with its free on the 2-core VM
+/// (docs/allocations.md).
 const UPROBES_COST: &str = "allocator mode with uprobes: every allocator call of the traced \
      processes now enters the kernel (about 2 us each, with its free; allocation-heavy code runs \
      many times slower): keep the window short, or trace one worker, not the whole service";
 
 /// What `--allocations` with the sampler costs, said when it starts
-/// (README, "Allocator mode").
+/// (docs/allocations.md).
 const SAMPLER_COST: &str = "allocator mode with the in-process sampler: memtrace's sampler \
      library is preloaded into the command and wraps CPython's allocators and libc malloc; \
      allocation-heavy code ran 1.0-2.0x slower in the bench (memray: 1.4-4.1x)";

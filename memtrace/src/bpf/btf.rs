@@ -35,6 +35,9 @@ pub struct KernelOffsets {
     /// `offsetof(struct signal_struct, live)` (`atomic_t`: threads of the
     /// group not yet exited; 0 once the last one is in `do_exit`).
     pub signal_live: u64,
+    /// `offsetof(struct signal_struct, oom_mm)` (`struct mm_struct *`: set
+    /// by `mark_oom_victim` once the OOM killer chose the group).
+    pub signal_oom_mm: u64,
     /// `offsetof(struct mm_struct, rss_stat)`: `struct percpu_counter
     /// rss_stat[NR_MM_COUNTERS]` (Linux 6.2+; inside an anonymous struct).
     pub mm_rss_stat: u64,
@@ -77,6 +80,7 @@ pub fn kernel_offsets(path: &Path) -> Result<KernelOffsets, BpfError> {
         mm: byte_offset(&btf, &task, "task_struct", "mm")?,
         signal: byte_offset(&btf, &task, "task_struct", "signal")?,
         signal_live: byte_offset(&btf, &signal, "signal_struct", "live")?,
+        signal_oom_mm: byte_offset(&btf, &signal, "signal_struct", "oom_mm")?,
         mm_rss_stat: byte_offset(&btf, &mm, "mm_struct", "rss_stat")?,
         percpu_counter_size: counter.size() as u64,
         percpu_counter_count: byte_offset(&btf, &counter, "percpu_counter", "count")?,

@@ -209,6 +209,7 @@ fn trace_one(python: &PathBuf) {
     println!("child {child_tgid} counters at exit: {child:?}");
     assert_eq!(child.parent_tgid, tgid);
     assert_eq!(exit.exit_code, 0, "os._exit(0)");
+    assert_eq!(exit.oom_victim, 0, "os._exit(0) is no OOM kill");
     assert_eq!(drained.exit_begins, 1, "the child's exit_group");
     assert!(
         parent.anon_growth_bytes >= 100 * MIB,

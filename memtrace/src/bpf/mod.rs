@@ -65,6 +65,8 @@ pub mod globals {
     pub const TASK_SIGNAL_OFFSET: &str = "TASK_SIGNAL_OFFSET";
     /// `u64`: `offsetof(signal_struct, live)`.
     pub const SIGNAL_LIVE_OFFSET: &str = "SIGNAL_LIVE_OFFSET";
+    /// `u64`: `offsetof(signal_struct, oom_mm)`.
+    pub const SIGNAL_OOM_MM_OFFSET: &str = "SIGNAL_OOM_MM_OFFSET";
     /// `u64`: `offsetof(mm_struct, rss_stat)`.
     pub const MM_RSS_STAT_OFFSET: &str = "MM_RSS_STAT_OFFSET";
     /// `u64`: `sizeof(struct percpu_counter)`.
@@ -345,6 +347,7 @@ impl Tracer {
             .override_global(globals::TASK_MM_OFFSET, &offsets.mm, true)
             .override_global(globals::TASK_SIGNAL_OFFSET, &offsets.signal, true)
             .override_global(globals::SIGNAL_LIVE_OFFSET, &offsets.signal_live, true)
+            .override_global(globals::SIGNAL_OOM_MM_OFFSET, &offsets.signal_oom_mm, true)
             .override_global(globals::MM_RSS_STAT_OFFSET, &offsets.mm_rss_stat, true)
             .override_global(
                 globals::PERCPU_COUNTER_SIZE,

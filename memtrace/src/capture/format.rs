@@ -326,6 +326,7 @@ mod tests {
                 status: Some(ExitStatus::Signal {
                     signal: 9,
                     core_dumped: false,
+                    oom_killed: false,
                 }),
                 counters,
             });

@@ -48,6 +48,7 @@ pub fn replay_window(capture: &Capture, from_ns: Option<u64>, to_ns: Option<u64>
         ..capture.end().cloned().unwrap_or_else(|| RunMeta {
             command: capture.header.command.clone(),
             sample_interval_bytes: capture.header.sample_interval_bytes,
+            cut_after_ns: Some(capture.covered_ns()),
             ..RunMeta::default()
         })
     };

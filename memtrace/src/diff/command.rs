@@ -165,6 +165,12 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<ExitCode> {
     let plan = Plan::from_args(args)?;
     let format = diff_format(args)?;
     let (diff, sides) = load(&plan)?;
+    // The table says them under its header; other formats on stderr.
+    if format != DiffFormatArg::Table {
+        for warning in &sides.warnings {
+            eprintln!("memtrace: warning: {warning}");
+        }
+    }
     write_output(args.output.as_deref(), args.force, |out| match format {
         DiffFormatArg::Flamegraph => render_flamegraph(&diff, &sides, Measure::default(), out),
         DiffFormatArg::Json => render_json(&diff, &sides, out),
@@ -208,6 +214,7 @@ fn render_json(diff: &Diff, sides: &Sides, out: &mut dyn Write) -> Result<(), Di
         before_duration_ns: u64,
         after_duration_ns: u64,
         grown_per_second: bool,
+        warnings: &'a [String],
         summary: super::matching::Summary,
         processes: &'a [super::ProcessDiff],
         live_rss_end_before_bytes: u64,
@@ -220,6 +227,7 @@ fn render_json(diff: &Diff, sides: &Sides, out: &mut dyn Write) -> Result<(), Di
         before_duration_ns: diff.before_duration_ns,
         after_duration_ns: diff.after_duration_ns,
         grown_per_second: diff.grown_per_second(),
+        warnings: &sides.warnings,
         summary: diff.summary(),
         processes: &diff.processes,
         live_rss_end_before_bytes: diff.live_rss_end_before_bytes,
@@ -251,6 +259,9 @@ fn load(plan: &Plan) -> anyhow::Result<(Diff, Sides)> {
             let sides = Sides {
                 before: capture_name(before, &before_report),
                 after: capture_name(after, &after_report),
+                warnings: super::matching::programs_differ(&before_report, &after_report)
+                    .into_iter()
+                    .collect(),
             };
             Ok((diff(&before_report, &after_report), sides))
         }
@@ -265,6 +276,7 @@ fn load(plan: &Plan) -> anyhow::Result<(Diff, Sides)> {
             let sides = Sides {
                 before: window_name(path, Duration::ZERO, *from),
                 after: window_name(path, *from, *to),
+                warnings: Vec::new(),
             };
             let diff = diff_windows(
                 &capture::replay_window(&file, None, Some(from_ns)),

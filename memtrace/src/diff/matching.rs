@@ -239,6 +239,37 @@ pub fn diff(before: &Report, after: &Report) -> Diff {
     }
 }
 
+/// The warning for two captures of different programs, `None` when they
+/// share one: the programs ([`program_key`]: executable and script) of
+/// their root images, compared as sets; named by the first root's command
+/// line on each side.
+pub fn programs_differ(before: &Report, after: &Report) -> Option<String> {
+    let roots = |report: &Report| -> Vec<(String, String)> {
+        in_start_order(&report.processes)
+            .into_iter()
+            .filter(|p| p.role.is_root())
+            .map(|p| {
+                (
+                    program_key(p).0,
+                    crate::aggregate::short_command(&p.cmdline, 60),
+                )
+            })
+            .collect()
+    };
+    let (before_roots, after_roots) = (roots(before), roots(after));
+    let shared = before_roots
+        .iter()
+        .any(|(program, _)| after_roots.iter().any(|(other, _)| other == program));
+    if shared || before_roots.is_empty() || after_roots.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the captures trace different programs (before: `{}`, after: `{}`): paths and \
+         processes are compared by frames and command lines, not as two runs of one program",
+        before_roots[0].1, after_roots[0].1
+    ))
+}
+
 /// Compares two windows of one capture: `first` replays `[start, T1)`,
 /// `second` `[T1, T2)` and `through_second` `[start, T2)`, with
 /// `second_from_ns` = T1 in nanoseconds since the capture start. Growth is

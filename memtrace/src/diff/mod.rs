@@ -115,6 +115,9 @@ pub struct Sides {
     pub before: String,
     /// The later report.
     pub after: String,
+    /// What the reader must know before comparing (e.g. the captures trace
+    /// different programs: [`matching::programs_differ`]).
+    pub warnings: Vec<String>,
 }
 
 /// Flame graph SVG readers shared with the integration tests.

@@ -26,6 +26,9 @@ pub fn render_table(diff: &Diff, sides: &Sides, top: usize, out: &mut dyn Write)
     writeln!(out, "memtrace diff")?;
     writeln!(out, "  before: {}", sides.before)?;
     writeln!(out, "  after:  {}", sides.after)?;
+    for warning in &sides.warnings {
+        writeln!(out, "warning: {warning}")?;
+    }
     writeln!(out, "{}", summary_line(diff))?;
     if diff.grown_per_second() {
         writeln!(
@@ -73,7 +76,13 @@ fn process_table(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
         "{:<NAME_WIDTH$} {:>10}  {:<NAME_WIDTH$} {:>10}  {:>11}  COMMAND",
         "BEFORE", "RSS", "AFTER", "RSS", "DELTA"
     )?;
-    for p in &diff.processes {
+    // A row with no RSS on either side says nothing.
+    let (shown, empty): (Vec<_>, Vec<_>) = diff.processes.iter().partition(|p| {
+        [&p.before, &p.after]
+            .iter()
+            .any(|side| side.as_ref().and_then(|s| s.rss_end_bytes).unwrap_or(0) > 0)
+    });
+    for p in shown {
         let (before_name, before_rss) = side_columns(p.before.as_ref());
         let (after_name, after_rss) = side_columns(p.after.as_ref());
         let delta = p
@@ -85,6 +94,25 @@ fn process_table(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
              {after_rss:>10}  {delta:>11}  {}",
             p.label
         )?;
+    }
+    if !empty.is_empty() {
+        writeln!(
+            out,
+            "  … {} image{} with no RSS read on either side left out",
+            empty.len(),
+            if empty.len() == 1 { "" } else { "s" }
+        )?;
+    }
+    let (before_live, after_live) = (
+        diff.live_rss_end_before_bytes,
+        diff.live_rss_end_after_bytes,
+    );
+    if before_live == 0 && after_live == 0 {
+        return writeln!(
+            out,
+            "No traced process was alive at the end of either side (RSS above is each image's \
+             last reading before it ended)"
+        );
     }
     writeln!(
         out,
@@ -113,7 +141,19 @@ fn side_columns(side: Option<&ProcessSide>) -> (String, String) {
 }
 
 fn path_table(diff: &Diff, top: usize, out: &mut dyn Write) -> io::Result<()> {
-    let paths = diff.python_lines();
+    // A row of zeros on both sides (growth per second rounded to 0 B) says
+    // nothing.
+    let compared = |bytes: super::PathBytes, duration_ns| {
+        bytes.held_bytes + diff.grown_compared(bytes.grown_bytes, duration_ns)
+    };
+    let paths: Vec<_> = diff
+        .python_lines()
+        .into_iter()
+        .filter(|p| {
+            compared(p.before, diff.before_duration_ns) + compared(p.after, diff.after_duration_ns)
+                > 0
+        })
+        .collect();
     writeln!(out)?;
     writeln!(
         out,

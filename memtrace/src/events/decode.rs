@@ -277,6 +277,8 @@ mod tests {
             header: header(RecordKind::Exit),
             exit_code: 3 << 8,
             mm_released: 0,
+            oom_victim: 1,
+            _pad: 0,
             counters: counters(),
         };
         assert_eq!(decode(&bytes_of(&exec)), Ok(Record::Exec(exec)));

@@ -250,7 +250,7 @@ pub fn start_time_ns(pid: u32) -> Result<u64, ProcError> {
 
 /// PSS and USS of process `pid` from `/proc/PID/smaps_rollup` (`Pss`, and
 /// `Private_Clean + Private_Dirty`). The kernel walks the whole address
-/// space for it (cost grows with RSS; see README "Overhead").
+/// space for it (cost grows with RSS; see docs/overhead.md).
 ///
 /// # Errors
 /// When the process is gone (or a zombie) or the file cannot be read.

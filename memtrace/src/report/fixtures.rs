@@ -168,6 +168,7 @@ pub(crate) fn lifecycle_report() -> Report {
         Some(ExitStatus::Signal {
             signal: 9,
             core_dumped: false,
+            oom_killed: false,
         }),
         Some(&killed),
     );
@@ -195,6 +196,7 @@ pub(crate) fn lifecycle_report() -> Report {
                 memtrace_version: "0.1.0".to_owned(),
             },
             exit_point_caveats: Vec::new(),
+            cut_after_ns: None,
         },
     )
 }

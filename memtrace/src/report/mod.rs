@@ -22,6 +22,7 @@ pub(crate) mod golden;
 pub mod html;
 pub mod json;
 mod markup;
+mod notes;
 pub mod pprof;
 pub mod speedscope;
 pub mod table;

@@ -5,7 +5,9 @@
 //! (what stays on the screen), the HTML page first. At most
 //! [`MAX_VERDICT_LINES`] lines: strong causes in full (at most
 //! [`MAX_CAUSES_SHOWN`]), weak ones in a few words each on one "also seen"
-//! line.
+//! line; before them, how the run ended when a signal (the OOM killer
+//! named) or a cut capture ended it, and that no Python was traced
+//! ([`super::notes`]).
 
 use crate::aggregate::{ProcessKind, ProcessReport, Report};
 use crate::diagnose::{
@@ -16,7 +18,7 @@ use crate::units::format_bytes;
 use super::text::{self, pattern_name, short_command};
 
 /// Most lines of the verdict, its heading included.
-pub(crate) const MAX_VERDICT_LINES: usize = 25;
+pub(crate) const MAX_VERDICT_LINES: usize = 29;
 
 /// Strong causes shown in full; the rest are counted.
 const MAX_CAUSES_SHOWN: usize = 3;
@@ -45,6 +47,10 @@ const PER_MINUTE_FROM_NS: u64 = 120_000_000_000;
 pub(crate) struct Verdict {
     /// `Verdict: N cause(s)` (and the caveat when nothing is strong).
     pub heading: String,
+    /// What the reader must know of the run before its causes: how it
+    /// ended when a signal or a cut capture ended it, and that no Python
+    /// was traced; at most four lines ([`super::notes::lines`]).
+    pub notes: Vec<String>,
     /// The causes shown in full, most important first.
     pub causes: Vec<CauseText>,
     /// Causes of the same strength left out (past [`MAX_CAUSES_SHOWN`]).
@@ -87,6 +93,7 @@ pub(crate) struct CauseText {
 pub(crate) fn lines(report: &Diagnosed) -> Vec<String> {
     let verdict = verdict(report);
     let mut lines = vec![verdict.heading.clone()];
+    lines.extend(verdict.notes.iter().map(|line| format!("  {line}")));
     for cause in &verdict.causes {
         lines.extend(cause_lines(cause));
     }
@@ -103,8 +110,8 @@ pub(crate) fn lines(report: &Diagnosed) -> Vec<String> {
         }
         lines.push(format!("  also seen, weak evidence: {}", briefs.join("; ")));
     }
-    // At most 1 + 3 causes x (heading, what, how much, 2 places, next,
-    // weak) + 2.
+    // At most 1 + 4 notes + 3 causes x (heading, what, how much, 2
+    // places, next, weak) + 2.
     debug_assert!(lines.len() <= MAX_VERDICT_LINES, "{lines:#?}");
     lines
 }
@@ -128,6 +135,7 @@ pub(crate) fn verdict(report: &Diagnosed) -> Verdict {
     };
     Verdict {
         heading: heading(&full),
+        notes: super::notes::lines(report),
         causes: full
             .iter()
             .take(MAX_CAUSES_SHOWN)

@@ -80,6 +80,12 @@ pub struct RunMeta {
     /// was found where the interpreter is about to free its objects.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exit_point_caveats: Vec<String>,
+    /// Set when the report comes from a capture with no `end` line (memtrace
+    /// was killed, or the disk filled): how long it covers, in nanoseconds
+    /// from the run start. The figures stop there; `None` for a run that
+    /// ended normally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_after_ns: Option<u64>,
 }
 
 /// Where, when and by which memtrace a run was recorded: what every report

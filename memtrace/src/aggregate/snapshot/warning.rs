@@ -106,7 +106,11 @@ impl fmt::Display for Warning {
                 cmdline,
                 reason,
                 ..
-            } => write!(f, "{name} (`{cmdline}`): no Python stacks: {reason}"),
+            } => write!(
+                f,
+                "{name} (`{cmdline}`): no Python stacks ({reason}): its RSS and growth by \
+                 native stack are still traced; no Python function or line can be named"
+            ),
             Self::IncompleteStacks { reason, samples } => {
                 write!(f, "{samples} samples have incomplete stacks: {reason}")
             }

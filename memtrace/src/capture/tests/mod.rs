@@ -271,6 +271,7 @@ fn synthetic_run<W: Write>(feed: &mut Recorder<W>) -> u64 {
             let killed = Some(ExitStatus::Signal {
                 signal: 9,
                 core_dumped: false,
+                oom_killed: false,
             });
             feed.process_exited(SHELL, now + 5, killed, Some(&counters(4 * MIB)));
         }

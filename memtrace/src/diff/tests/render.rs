@@ -9,6 +9,7 @@ fn sides() -> Sides {
     Sides {
         before: "`a.capture`".to_owned(),
         after: "`b.capture`".to_owned(),
+        warnings: Vec::new(),
     }
 }
 

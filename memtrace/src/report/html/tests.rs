@@ -536,6 +536,7 @@ fn the_header_says_where_and_when_what_attaching_hid_and_how_the_command_ended()
     report.report.meta.command_status = Some(ExitStatus::Signal {
         signal: 9,
         core_dumped: false,
+        oom_killed: false,
     });
     let html = page(&report);
     let header_end = html.find("</header>").expect("a header");

@@ -27,11 +27,11 @@ pub(super) fn verdict_section(report: &Diagnosed) -> String {
         return html;
     }
     let verdict = verdict::verdict(report);
-    let _ = writeln!(
-        html,
-        "<h2>{}</h2>\n<ol class=\"causes\">",
-        escape(&verdict.heading)
-    );
+    let _ = writeln!(html, "<h2>{}</h2>", escape(&verdict.heading));
+    for note in &verdict.notes {
+        let _ = writeln!(html, "<p class=\"note\">{}</p>", escape(note));
+    }
+    html.push_str("<ol class=\"causes\">\n");
     for cause in &verdict.causes {
         cause_html(cause, &mut html);
     }

@@ -8,9 +8,11 @@
 //! per-process list, both with the bytes each path held at the high-water
 //! mark, held at the end and grew, ranked by `--weight`; then the
 //! copy-on-write paths, each with its frames, data-quality lines, warnings
-//! and the files written, just above the verdict.
+//! (one line per kind without `--verbose`) and the files written, just
+//! above the verdict.
 
 mod frames;
+mod warnings;
 
 use std::io::{self, Write};
 
@@ -108,8 +110,8 @@ fn details(report: &Diagnosed, options: &RenderOptions, out: &mut dyn Write) -> 
         growth_stacks(report, weight, top.min(COMPACT_TOP_PATHS), true, out)?;
     }
     records(report, out)?;
-    for warning in &report.warnings {
-        writeln!(out, "warning: {warning}")?;
+    for line in warnings::lines(&report.warnings, options.verbose) {
+        writeln!(out, "warning: {line}")?;
     }
     // Allocator mode's section comes before the files and the verdict, so
     // the verdict stays last on the screen.

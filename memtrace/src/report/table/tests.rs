@@ -157,6 +157,7 @@ fn the_header_says_how_the_command_of_run_ended() {
             ExitStatus::Signal {
                 signal: 9,
                 core_dumped: false,
+                oom_killed: false,
             },
             "SIGKILL (memtrace exits with 137",
         ),
@@ -164,6 +165,7 @@ fn the_header_says_how_the_command_of_run_ended() {
             ExitStatus::Signal {
                 signal: 11,
                 core_dumped: true,
+                oom_killed: false,
             },
             "SIGSEGV (core dumped) (memtrace exits with 139",
         ),
