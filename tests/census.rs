@@ -217,6 +217,6 @@ fn assert_census_matches_allocator_mode(
 fn pymalloc_survivors_census_sees_at_least_the_live_bytes_allocator_mode_sees() {
     let debian = interpreter(&[PathBuf::from("/usr/bin/python3.11")]);
     let python = require_ebpf!(debian.or_else(python_3_11));
-    let args = ["--mib", "200", "--keep-every", "32", "--hold", "3"];
+    let args = ["--mib", "200", "--keep-every", "32", "--hold", "6"];
     assert_census_matches_allocator_mode(&python, "alloc_fragment.py", &args, "thinned");
 }
