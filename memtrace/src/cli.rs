@@ -481,13 +481,15 @@ pub struct CommonArgs {
     /// they are hooked: --alloc-hooks.
     #[arg(long)]
     pub allocations: bool,
-    /// With --allocations: `sampler` (the default of `run`) loads memtrace's
-    /// sampler library into the command (LD_PRELOAD and a sitecustomize
-    /// first on PYTHONPATH), which samples in the process and enters the
-    /// kernel for sampled blocks only (1.0-2.0x on allocation-heavy
-    /// code); `uprobes` (the default and only way of `record`) traps every
-    /// allocator call into the kernel (2-13 us a call: many times
-    /// slower).
+    /// With --allocations: `sampler` (the default) puts memtrace's sampler
+    /// library in the process, which samples there and enters the kernel
+    /// for sampled blocks only (1.0-2.0x on allocation-heavy code): `run`
+    /// preloads it (LD_PRELOAD and a sitecustomize first on PYTHONPATH),
+    /// `record --pid` installs it in running CPython 3.14+ through its
+    /// remote debugging (PEP 768); `uprobes` installs nothing and traps
+    /// every allocator call into the kernel (2-13 us a call: many times
+    /// slower), the way for `record --pid` of CPython 3.9-3.13 and of
+    /// processes that disabled remote debugging.
     #[arg(long, value_enum, value_name = "HOOKS")]
     pub alloc_hooks: Option<AllocHooksArg>,
     /// With --allocations: which bytes weigh the allocation folded stacks

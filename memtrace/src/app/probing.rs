@@ -55,6 +55,9 @@ impl Session {
                     return;
                 }
                 self.watch_finalization(tgid, &process.binary, process.version);
+                if let Some(super::sampler::Sampler::Remote(remote)) = &mut self.alloc_sampler {
+                    remote.python_found(tgid, &process);
+                }
                 self.hook_allocator(tgid, Some(process.binary.clone()));
                 self.stacks.resolver.register(tgid, &process);
                 if let Some(id) = self.tree.id_of(tgid) {

@@ -314,6 +314,72 @@ impl Reader<'_> {
     }
 }
 
+/// Where `_Py_DebugOffsets.debugger_support` (PEP 768, 3.14+) starts: it
+/// is the struct's last part, six `uint64_t` with no `size` of their own
+/// (Include/internal/pycore_debug_offsets.h; 712 on 3.14.10, 840 on 3.15.2,
+/// read from the running interpreters' `_PyRuntime`).
+const DEBUGGER_SUPPORT_BYTES: usize = 6 * 8;
+
+/// `interpreter_state.threads_main`, from the start of `interpreter_state`
+/// (after `size`, `id`, `next`, `threads_head`; 3.13-3.15).
+const THREADS_MAIN: usize = 32;
+
+/// What the remote-debugging protocol of PEP 768 needs (3.14+), read from
+/// `_Py_DebugOffsets`: all are offsets, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteDebugLayout {
+    /// `runtime_state.interpreters_head` in `_PyRuntime`: the main
+    /// interpreter's `PyInterpreterState *`.
+    pub interpreters_head: u64,
+    /// `interpreter_state.threads_main`: the main thread's `PyThreadState *`.
+    pub threads_main: u64,
+    /// `PyThreadState.eval_breaker` (a `uintptr_t`).
+    pub eval_breaker: u64,
+    /// `PyThreadState.remote_debugger_support` (a `_PyRemoteDebuggerSupport`).
+    pub support: u64,
+    /// `PyInterpreterState.config.remote_debug` (an `int`: 1 when enabled).
+    pub enabled: u64,
+    /// `_PyRemoteDebuggerSupport.debugger_pending_call` (an `int32_t`).
+    pub pending_call: u64,
+    /// `_PyRemoteDebuggerSupport.debugger_script_path` (a `char[]`).
+    pub script_path: u64,
+    /// Bytes of `debugger_script_path`, its NUL included.
+    pub script_path_bytes: u64,
+}
+
+/// The remote-debugging layout of a 3.14+ interpreter from `debug` (as
+/// [`check`] takes it); `None` below 3.14, for a minor version whose
+/// struct size is not known, or when a value is out of its range (the
+/// support fields past 4 KiB, the path buffer not 16 bytes to 4 KiB).
+#[must_use]
+pub fn remote_debug(debug: &[u8], version_hex: u32) -> Option<RemoteDebugLayout> {
+    let version = PythonVersion::from_hex(version_hex);
+    if version.major != 3 || version.minor < 14 {
+        return None;
+    }
+    let (pos, known) = positions(version.minor)?;
+    if !known {
+        return None;
+    }
+    let at = |position: usize| u64_at(debug, position);
+    let support = pos.struct_bytes - DEBUGGER_SUPPORT_BYTES;
+    let layout = RemoteDebugLayout {
+        interpreters_head: at(pos.runtime_state + 16)?,
+        threads_main: at(pos.interpreter_state + THREADS_MAIN)?,
+        eval_breaker: at(support)?,
+        support: at(support + 8)?,
+        enabled: at(support + 16)?,
+        pending_call: at(support + 24)?,
+        script_path: at(support + 32)?,
+        script_path_bytes: at(support + 40)?,
+    };
+    let small = |v: u64| v < 4096;
+    (small(layout.pending_call)
+        && small(layout.script_path)
+        && (16..=4096).contains(&layout.script_path_bytes))
+    .then_some(layout)
+}
+
 #[cfg(test)]
 #[path = "debug_offsets_tests.rs"]
 mod tests;

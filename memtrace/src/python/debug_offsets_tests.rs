@@ -125,10 +125,36 @@ fn real(exe: &str, owner: u16, adaptive: u16) {
         (owner, adaptive)
     );
     assert_eq!(layout.walk, python.info.offsets);
+    assert_remote_debug(&memory, &debug, python.runtime_addr, version);
     let mut threaded = debug;
     threaded[16] = 1;
     let error = check(&threaded, version, &python.binary).unwrap_err();
     assert!(matches!(error, ProbeError::FreeThreaded { .. }), "{error}");
+}
+
+/// PEP 768's fields, on 3.14+ only: the support struct's fields in their
+/// places (`_PyRemoteDebuggerSupport` is an `int32_t` then the 512-byte
+/// path), the main interpreter and thread found, remote debugging enabled
+/// and no call pending.
+fn assert_remote_debug(memory: &ProcessMemory, debug: &[u8], runtime: u64, version: u32) {
+    let Some(remote) = remote_debug(debug, version) else {
+        assert!(PythonVersion::from_hex(version).minor < 14);
+        return;
+    };
+    assert_eq!(
+        (
+            remote.pending_call,
+            remote.script_path,
+            remote.script_path_bytes
+        ),
+        (0, 4, 512)
+    );
+    let interp = memory.read_u64(runtime + remote.interpreters_head).unwrap();
+    let main = memory.read_u64(interp + remote.threads_main).unwrap();
+    assert_ne!(main, 0);
+    assert_eq!(memory.read_u32(interp + remote.enabled).unwrap(), 1);
+    let pending = main + remote.support + remote.pending_call;
+    assert_eq!(memory.read_u32(pending).unwrap(), 0);
 }
 
 #[test]
@@ -144,4 +170,34 @@ fn real_3_14_debug_offsets() {
 #[test]
 fn real_3_15_debug_offsets() {
     real(&debian_python("3.15"), 74, 208);
+}
+
+#[test]
+fn remote_debug_reads_the_support_part_and_refuses_what_cannot_be_it() {
+    const V3_14: u32 = 0x030e_0af0;
+    let mut debug = synthetic_3_14(u64::from(V3_14), 0);
+    // All zeros: a 0-byte path buffer is not the support part.
+    assert_eq!(remote_debug(&debug, V3_14), None);
+    for (i, value) in [24u64, 304, 8076, 0, 4, 512].into_iter().enumerate() {
+        let at = 712 + 8 * i;
+        debug[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    debug[80..88].copy_from_slice(&7360u64.to_le_bytes());
+    let layout = remote_debug(&debug, V3_14).unwrap();
+    assert_eq!(
+        layout,
+        RemoteDebugLayout {
+            interpreters_head: 808,
+            threads_main: 7360,
+            eval_breaker: 24,
+            support: 304,
+            enabled: 8076,
+            pending_call: 0,
+            script_path: 4,
+            script_path_bytes: 512,
+        }
+    );
+    // 3.13 has no such part; a minor version not known is not guessed at.
+    assert_eq!(remote_debug(&debug, 0x030d_00f0), None);
+    assert_eq!(remote_debug(&debug, 0x0310_00f0), None);
 }
