@@ -436,8 +436,9 @@ pub struct CommonArgs {
     pub output_dir: PathBuf,
     /// Mean bytes between sampled events: an event of N bytes gets a Python
     /// stack with probability min(1, N / this), weighted so totals stay
-    /// unbiased. Lower means more detail and more overhead; 1 records every
-    /// event.
+    /// unbiased. A process that grows slowly is sampled with a smaller mean
+    /// (down to 1/64 of this, at most about 1,000 samples a second). Lower
+    /// means more detail and more overhead; 1 records every event.
     #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
           value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     pub sample_bytes: u64,
