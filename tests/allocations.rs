@@ -29,8 +29,9 @@ const SAMPLE_BYTES: &str = "65536";
 
 /// How long the workloads wait before allocating, in seconds: memtrace
 /// attaches a process's allocator probes once its interpreter is found,
-/// tens of milliseconds after it starts, and never pauses it.
-const START_DELAY_SECONDS: &str = "0.5";
+/// tens of milliseconds after it starts on a quiet machine, and never
+/// pauses it; at a load average of 20 the gap was 0.4-1.1 s.
+const START_DELAY_SECONDS: &str = "2";
 
 /// Debian's LTO-built interpreter, whose pymalloc is inlined.
 const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";

@@ -22,8 +22,8 @@ use std::{
 use serde_json::Value;
 
 use common::{
-    debian_python, interpreter, memtrace, pyenv, python_3_11, require_ebpf, script,
-    stack_functions, trace, trace_expecting, trace_script, Trace,
+    debian_python, free_threaded_python, interpreter, memtrace, pyenv, python_3_11, require_ebpf,
+    script, stack_functions, trace, trace_expecting, trace_script, Trace,
 };
 
 /// Allowed relative error of attributed bytes against the workload's own
@@ -121,6 +121,13 @@ fn attributes_growth_to_function_on_debian_3_14() {
 #[test]
 fn attributes_growth_to_function_on_debian_3_15() {
     let python = require_ebpf!(debian_python("3.15"));
+    check_grow_cache(&python);
+}
+
+/// The free-threaded 3.13t of the test setup (GIL off; mimalloc).
+#[test]
+fn attributes_growth_to_function_on_free_threaded_3_13t() {
+    let python = require_ebpf!(free_threaded_python());
     check_grow_cache(&python);
 }
 

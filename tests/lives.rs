@@ -607,7 +607,9 @@ fn copy_on_write_unsharing_is_the_first_finding() {
     let trace = trace_script(
         &python,
         "prefork_readers.py",
-        &["--mib", "150", "--workers", "4", "--seconds", "6"],
+        // 10 s: under load the four reads take seconds, and memtrace must
+        // read each worker's PSS after its read.
+        &["--mib", "150", "--workers", "4", "--seconds", "10"],
     );
     let first = &trace.findings()[0];
     assert_eq!(

@@ -111,6 +111,55 @@ pub struct ProcessCounters {
     pub exec_count: u32,
     /// Always zero.
     pub _pad: u32,
+    /// The kernel's adaptive byte sampling of this image (its own
+    /// bookkeeping, never read by userspace: each record carries the mean
+    /// it was sampled with as its weight).
+    pub sampling: SamplingState,
+}
+
+/// Time over which a process's growth sets its next sampling mean: long
+/// enough that a burst of growth (a 10 MiB step is about 80 `rss_stat`
+/// batches and 40 `mmap` calls) fits its budget. 1 s.
+pub const SAMPLING_WINDOW_NS: u64 = 1_000_000_000;
+/// Samples per [`SAMPLING_WINDOW_NS`] a process is given while it grows
+/// slowly: 1,000 a second. A process growing faster than
+/// `1000 * --sample-bytes` per second is sampled at `--sample-bytes`, as
+/// with a fixed mean; one growing slower gets a smaller mean, down to
+/// `--sample-bytes / SAMPLE_MEAN_MIN_DIVISOR`.
+pub const SAMPLE_BUDGET_PER_WINDOW: u64 = 1_000;
+/// The smallest adaptive mean is `--sample-bytes` divided by this (8 KiB
+/// at the default 512 KiB: below the kernel's RSS batch of about 32 pages,
+/// so every growth event of a slowly growing process is recorded at its
+/// true size). 64.
+pub const SAMPLE_MEAN_MIN_DIVISOR: u64 = 64;
+
+/// Adaptive sampling of one process image (`ProcessCounters::sampling`),
+/// kept by the kernel side: the mean in force and the current window.
+///
+/// At the start of each [`SAMPLING_WINDOW_NS`] window the mean becomes the
+/// last window's sampled-event bytes divided by
+/// [`SAMPLE_BUDGET_PER_WINDOW`] (the mean that would have spent the budget
+/// on them), clamped to `[--sample-bytes / SAMPLE_MEAN_MIN_DIVISOR,
+/// --sample-bytes]`; once a window has taken its budget of samples the mean
+/// is `--sample-bytes` until it ends. An event is sampled with probability
+/// `min(1, len / mean)` and weighs `max(len, mean)` with the mean of that
+/// moment, so every sum of weights stays an unbiased estimate whatever the
+/// mean did. Plain stores: two CPUs racing on one window lose a few bytes
+/// of its count, never a weight.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplingState {
+    /// The mean in force, bytes; 0 before the image's first memory event
+    /// (which starts a window at `--sample-bytes`: a new image's rate is not
+    /// known yet).
+    pub mean_bytes: u64,
+    /// When the current window began, `bpf_ktime_get_ns` ns.
+    pub window_start_ns: u64,
+    /// Bytes of the memory events smaller than `--sample-bytes` in the
+    /// current window (larger ones are always recorded).
+    pub window_bytes: u64,
+    /// Records sampled in the current window.
+    pub window_samples: u64,
 }
 
 impl ProcessCounters {
@@ -132,5 +181,5 @@ impl ProcessCounters {
 }
 
 const _: () = {
-    assert!(core::mem::size_of::<ProcessCounters>() == 8 * 27);
+    assert!(core::mem::size_of::<ProcessCounters>() == 8 * 31);
 };

@@ -40,14 +40,15 @@ pub struct PyFrame {
 }
 
 /// Offset in a code object of the word that goes into [`code_fingerprint`]
-/// as its shape: right after `PyObject_HEAD` (16 bytes), `ob_size` (the
-/// number of code units, 3.11+) or `co_argcount` and `co_posonlyargcount`
-/// (3.9/3.10) (Include/cpython/code.h).
+/// as its shape in the default (GIL) build: right after `PyObject_HEAD`
+/// (16 bytes), `ob_size` (the number of code units, 3.11+) or
+/// `co_argcount` and `co_posonlyargcount` (3.9/3.10) (Include/cpython/code.h).
+/// A free-threaded build's larger header moves it ([`PyOffsets::code_shape`]).
 pub const CODE_SHAPE_OFFSET: u64 = 16;
 
 /// The fingerprint of a code object: a 32-bit hash of its
 /// `co_firstlineno`, the address of its name str (`co_qualname` on 3.11+,
-/// `co_name` before) and its shape word ([`CODE_SHAPE_OFFSET`]).
+/// `co_name` before) and its shape word ([`PyOffsets::code_shape`]).
 ///
 /// The line alone did not tell apart code objects compiled from strings:
 /// an `exec`'d module's `<module>` and its class body `GeneratedTable` both
@@ -104,6 +105,12 @@ pub struct PyOffsets {
     /// fsbase on glibc x86-64) on versions with
     /// [`PyProcessInfo::tstate_current_addr`]; [`NO_OFFSET`] otherwise.
     pub tstate_thread_id: u16,
+    /// The code object's shape word for [`code_fingerprint`]:
+    /// [`CODE_SHAPE_OFFSET`] in default builds; on 3.13+ `ob_size` as
+    /// `_Py_DebugOffsets.bytes_object.ob_size` gives it (32 in a
+    /// free-threaded build, whose `PyObject` header adds `ob_tid`,
+    /// `ob_ref_local` and `ob_ref_shared`).
+    pub code_shape: u16,
 }
 
 /// "No such field" in [`PyOffsets`].
@@ -148,6 +155,6 @@ pub struct PyProcessInfo {
 
 const _: () = {
     assert!(core::mem::size_of::<PyFrame>() == 16);
-    assert!(core::mem::size_of::<PyOffsets>() == 24);
+    assert!(core::mem::size_of::<PyOffsets>() == 26);
     assert!(core::mem::size_of::<PyProcessInfo>() == 56);
 };

@@ -500,9 +500,9 @@ const _: () = {
     assert!(core::mem::size_of::<FreeRecord>() == 40);
     assert!(core::mem::size_of::<RecordHeader>() == 24);
     assert!(core::mem::size_of::<ForkRecord>() == 72);
-    assert!(core::mem::size_of::<ExecRecord>() == 24 + 216);
-    assert!(core::mem::size_of::<ExitBeginRecord>() == 32 + 216);
-    assert!(core::mem::size_of::<ExitRecord>() == 40 + 216);
+    assert!(core::mem::size_of::<ExecRecord>() == 24 + 248);
+    assert!(core::mem::size_of::<ExitBeginRecord>() == 32 + 248);
+    assert!(core::mem::size_of::<ExitRecord>() == 40 + 248);
     assert!(core::mem::size_of::<MemoryRecord>() == 88 + 16 * MAX_FRAMES);
     assert!(core::mem::size_of::<AddressRecord>() == 72);
 };

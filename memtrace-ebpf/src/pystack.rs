@@ -8,9 +8,8 @@
 
 use aya_ebpf::helpers::bpf_probe_read_user;
 use memtrace_common::{
-    code_fingerprint, PyFrame, PyOffsets, PyProcessInfo, CODE_SHAPE_OFFSET, MAX_FRAMES, NO_OFFSET,
-    STACK_NO_PYTHON, STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER,
-    STACK_TRUNCATED,
+    code_fingerprint, PyFrame, PyOffsets, PyProcessInfo, MAX_FRAMES, NO_OFFSET, STACK_NO_PYTHON,
+    STACK_NO_THREAD_STATE, STACK_READ_ERROR, STACK_SUBINTERPRETER, STACK_TRUNCATED,
 };
 
 use crate::kernel;
@@ -165,7 +164,7 @@ fn read_frame(frame: u64, offsets: &PyOffsets) -> Result<PyFrame, ()> {
     let code = read_user::<u64>(frame + u64::from(offsets.frame_code))? & !3;
     let first_lineno: u32 = read_user(code + u64::from(offsets.code_firstlineno))?;
     let name: u64 = read_user(code + u64::from(offsets.code_name))?;
-    let shape: u64 = read_user(code + CODE_SHAPE_OFFSET)?;
+    let shape: u64 = read_user(code + u64::from(offsets.code_shape))?;
     let instr_index = instr_index(frame, code, offsets)?;
     Ok(PyFrame {
         code_addr: code,

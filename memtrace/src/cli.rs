@@ -436,8 +436,9 @@ pub struct CommonArgs {
     pub output_dir: PathBuf,
     /// Mean bytes between sampled events: an event of N bytes gets a Python
     /// stack with probability min(1, N / this), weighted so totals stay
-    /// unbiased. Lower means more detail and more overhead; 1 records every
-    /// event.
+    /// unbiased. A process that grows slowly is sampled with a smaller mean
+    /// (down to 1/64 of this, at most about 1,000 samples a second). Lower
+    /// means more detail and more overhead; 1 records every event.
     #[arg(long, value_name = "BYTES", default_value_t = 512 * 1024,
           value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     pub sample_bytes: u64,
@@ -480,13 +481,15 @@ pub struct CommonArgs {
     /// they are hooked: --alloc-hooks.
     #[arg(long)]
     pub allocations: bool,
-    /// With --allocations: `sampler` (the default of `run`) loads memtrace's
-    /// sampler library into the command (LD_PRELOAD and a sitecustomize
-    /// first on PYTHONPATH), which samples in the process and enters the
-    /// kernel for sampled blocks only (1.0-2.0x on allocation-heavy
-    /// code); `uprobes` (the default and only way of `record`) traps every
-    /// allocator call into the kernel (2-13 us a call: many times
-    /// slower).
+    /// With --allocations: `sampler` (the default) puts memtrace's sampler
+    /// library in the process, which samples there and enters the kernel
+    /// for sampled blocks only (1.0-2.0x on allocation-heavy code): `run`
+    /// preloads it (LD_PRELOAD and a sitecustomize first on PYTHONPATH),
+    /// `record --pid` installs it in running CPython 3.14+ through its
+    /// remote debugging (PEP 768); `uprobes` installs nothing and traps
+    /// every allocator call into the kernel (2-13 us a call: many times
+    /// slower), the way for `record --pid` of CPython 3.9-3.13 and of
+    /// processes that disabled remote debugging.
     #[arg(long, value_enum, value_name = "HOOKS")]
     pub alloc_hooks: Option<AllocHooksArg>,
     /// With --allocations: which bytes weigh the allocation folded stacks

@@ -87,6 +87,16 @@ pub fn debian_python(minor: &str) -> Option<PathBuf> {
     interpreter(&[debian_tree(minor).join(format!("usr/bin/python{minor}"))])
 }
 
+/// The free-threaded CPython 3.13t that `cargo xtask test` builds under
+/// target/interpreters (xtask/src/free_threaded.rs); `None` after printing
+/// why the test skips.
+pub fn free_threaded_python() -> Option<PathBuf> {
+    interpreter(&[Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("target/interpreters/python3.13t/bin/python3.13t")])
+}
+
 /// The unpacked tree of [`debian_python`].
 pub fn debian_tree(minor: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -2,8 +2,10 @@
 //! (the first non-security `URIs:` of `/etc/apt/sources.list.d/debian.sources`;
 //! no host is written here) for Debian sid and bookworm, kept in a folder
 //! under `target/`: the interpreters and the OpenTelemetry Collector of the
-//! tests are downloaded with it and unpacked with `dpkg-deb -x`. `/etc/apt`
-//! and dpkg's database are not touched.
+//! tests are downloaded with it and unpacked with `dpkg-deb -x`; a
+//! configuration of source packages only ([`Apt::sources_of`]) fetches the
+//! CPython tarball the free-threaded build is made from. `/etc/apt` and
+//! dpkg's database are not touched.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,6 +26,21 @@ impl Apt {
     /// # Errors
     /// `dir` cannot be made, or the machine's sources name no Debian mirror.
     pub(crate) fn new(dir: &Path) -> Result<Self> {
+        Self::with_lines(dir, &["deb", "sid"], &["deb", "bookworm"])
+    }
+
+    /// A configuration in `dir` that reads Debian `suite`'s source
+    /// packages (`deb-src`) only, from the machine's mirror.
+    ///
+    /// # Errors
+    /// As [`Apt::new`].
+    pub(crate) fn sources_of(dir: &Path, suite: &str) -> Result<Self> {
+        Self::with_lines(dir, &["deb-src", suite], &[])
+    }
+
+    /// A configuration whose sources list has one `main` line per
+    /// non-empty `[kind, suite]`.
+    fn with_lines(dir: &Path, first: &[&str], second: &[&str]) -> Result<Self> {
         let dir = std::env::current_dir()?.join(dir);
         for sub in ["parts", "lists/partial", "cache/archives/partial", "debs"] {
             std::fs::create_dir_all(dir.join(sub))
@@ -31,10 +48,15 @@ impl Apt {
         }
         let mirror = debian_mirror()?;
         let keyring = "/usr/share/keyrings/debian-archive-keyring.gpg";
-        let sources = format!(
-            "deb [signed-by={keyring}] {mirror} sid main\n\
-             deb [signed-by={keyring}] {mirror} bookworm main\n"
-        );
+        let sources: String = [first, second]
+            .iter()
+            .filter_map(|line| match line {
+                [kind, suite] => Some(format!(
+                    "{kind} [signed-by={keyring}] {mirror} {suite} main\n"
+                )),
+                _ => None,
+            })
+            .collect();
         std::fs::write(dir.join("sources.list"), sources)?;
         Ok(Self { dir })
     }
@@ -69,7 +91,7 @@ impl Apt {
     /// # Errors
     /// apt-get fails.
     pub(crate) fn update(&self, who: &str) -> Result<()> {
-        println!("{who}: reading Debian sid's package lists");
+        println!("{who}: reading Debian's package lists");
         check(self.apt_get().arg("update"))
     }
 
@@ -132,6 +154,26 @@ impl Apt {
             .collect::<Result<_, _>>()?;
         debs.sort();
         Ok(debs)
+    }
+
+    /// Downloads the source package `package` (its `.dsc` and tarballs,
+    /// `apt-get source --download-only`) into a fresh folder named `name`
+    /// and returns that folder.
+    ///
+    /// # Errors
+    /// apt-get fails or the folder cannot be made.
+    pub(crate) fn download_source(&self, name: &str, package: &str) -> Result<PathBuf> {
+        let into = self.dir.join("debs").join(name);
+        if into.exists() {
+            std::fs::remove_dir_all(&into)?;
+        }
+        std::fs::create_dir_all(&into)?;
+        check(
+            self.apt_get()
+                .args(["source", "--download-only", package])
+                .current_dir(&into),
+        )?;
+        Ok(into)
     }
 
     /// Removes the packages [`Apt::download`] put in `name`'s folder.

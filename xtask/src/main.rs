@@ -7,6 +7,7 @@ mod apt;
 mod bench;
 mod bench_env;
 mod dist;
+mod free_threaded;
 mod interpreters;
 mod otelcol;
 mod prometheus;

@@ -35,7 +35,9 @@ pub fn ensure() -> Result<()> {
     ensure_apt_packages()?;
     ensure_speedscope()?;
     // CPython 3.14 and 3.15 from Debian sid, unpacked under target/.
-    crate::interpreters::ensure()
+    crate::interpreters::ensure()?;
+    // A free-threaded 3.13t, built from Debian trixie's source package.
+    crate::free_threaded::ensure()
 }
 
 fn ensure_apt_packages() -> Result<()> {

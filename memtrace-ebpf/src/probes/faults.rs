@@ -66,7 +66,7 @@ fn try_page_fault_user(ctx: &BtfTracePointContext) {
         rss_bytes: unsafe { (*counters).rss_total_bytes() },
     };
     // SAFETY: live map value of `tgid`.
-    unsafe { count_and_emit(tgid, &raw mut (*counters).cow_fault_bytes, &args) };
+    unsafe { count_and_emit(tgid, counters, &raw mut (*counters).cow_fault_bytes, &args) };
 }
 
 /// BTF tracepoint `page_fault_kernel(address, regs, error_code)`: a fault

@@ -219,7 +219,8 @@ unsafe fn account_member(
         // SAFETY: as above.
         rss_bytes: unsafe { (*counters).rss_total_bytes() },
     };
-    emit_memory(tgid, &args);
+    // SAFETY: as above.
+    unsafe { emit_memory(tgid, counters, &args) };
 }
 
 /// `(address, user registers)` of thread `tid`'s pending fault on this CPU,

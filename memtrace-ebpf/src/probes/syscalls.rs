@@ -228,7 +228,7 @@ unsafe fn on_mmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut ProcessCo
         rss_bytes,
     };
     // SAFETY: see the function's contract.
-    unsafe { count_and_emit(tgid, &raw mut (*counters).mmap_bytes, &event) };
+    unsafe { count_and_emit(tgid, counters, &raw mut (*counters).mmap_bytes, &event) };
 }
 
 /// Sends the exact [`AddressRecord`] of a successful call of process `tgid`;
@@ -284,7 +284,7 @@ unsafe fn on_munmap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Process
         rss_bytes,
     };
     // SAFETY: see the function's contract.
-    unsafe { count_and_emit(tgid, &raw mut (*counters).munmap_bytes, &event) };
+    unsafe { count_and_emit(tgid, counters, &raw mut (*counters).munmap_bytes, &event) };
 }
 
 /// `mremap(addr, old_len, new_len, flags, ..)` returned the new start.
@@ -330,7 +330,7 @@ unsafe fn on_mremap(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Process
         rss_bytes,
     };
     // SAFETY: see the function's contract.
-    unsafe { count_and_emit(tgid, field, &event) };
+    unsafe { count_and_emit(tgid, counters, field, &event) };
 }
 
 /// `brk(addr)` returned the new program break (the old one on failure or
@@ -372,7 +372,7 @@ unsafe fn on_brk(tgid: u32, _args: &[u64; 4], ret: u64, counters: *mut ProcessCo
         rss_bytes,
     };
     // SAFETY: see the function's contract.
-    unsafe { count_and_emit(tgid, field, &event) };
+    unsafe { count_and_emit(tgid, counters, field, &event) };
 }
 
 /// Whether `madvise` `advice` gives the range's memory back.
@@ -415,5 +415,12 @@ unsafe fn on_madvise(tgid: u32, args: &[u64; 4], ret: u64, counters: *mut Proces
         rss_bytes,
     };
     // SAFETY: see the function's contract.
-    unsafe { count_and_emit(tgid, &raw mut (*counters).madvise_free_bytes, &event) };
+    unsafe {
+        count_and_emit(
+            tgid,
+            counters,
+            &raw mut (*counters).madvise_free_bytes,
+            &event,
+        )
+    };
 }

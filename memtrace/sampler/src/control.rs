@@ -1,7 +1,8 @@
 //! The sampler's switches: the mean of the byte countdown and whether
 //! sampling is on. Both are set when the library loads, from
 //! `MEMTRACE_SAMPLER_MEAN_BYTES` (memtrace's `--sample-bytes`: sampling is
-//! on when it is set); memtrace turns sampling off at the end of a record
+//! on when it is set), or by `memtrace_sampler_start` when `record --pid`
+//! installs the library in a running process; memtrace turns sampling off at the end of a record
 //! by writing 0 to [`memtrace_sampler_on`] in the process's memory.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -27,6 +28,15 @@ pub fn mean_bytes() -> u64 {
 #[inline(always)]
 pub fn sampling() -> bool {
     memtrace_sampler_on.load(Ordering::Relaxed) != 0
+}
+
+/// Turns sampling on with a countdown mean of `mean_bytes` (kept as it is
+/// when 0).
+pub fn start(mean_bytes: u64) {
+    if mean_bytes > 0 {
+        MEAN_BYTES.store(mean_bytes, Ordering::Relaxed);
+    }
+    memtrace_sampler_on.store(1, Ordering::Release);
 }
 
 /// Reads [`MEAN_BYTES_ENV`] (a positive decimal number) and turns sampling

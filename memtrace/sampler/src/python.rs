@@ -12,7 +12,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{
-    before_free, countdown, is_sampled, sampled_alloc, DOMAIN_MEM, DOMAIN_OBJ, DOMAIN_RAW,
+    before_free, control, countdown, is_sampled, sampled_alloc, DOMAIN_MEM, DOMAIN_OBJ, DOMAIN_RAW,
 };
 
 type MallocFn = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
@@ -33,7 +33,7 @@ struct PyMemAllocatorEx {
 }
 
 /// One domain: its `PyMemAllocatorDomain` value and the allocator it had
-/// before, which the wrappers call (their `ctx` points here).
+/// before, which its wrappers call.
 struct Domain {
     id: u32,
     previous: UnsafeCell<PyMemAllocatorEx>,
@@ -71,6 +71,13 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// `sitecustomize` (through ctypes, with the GIL held). Returns 0 when
 /// installed, 1 when they were already, -1 when the process has no
 /// `PyMem_GetAllocator`/`PyMem_SetAllocator` in its global scope.
+///
+/// Each wrapper keeps the `ctx` of the allocator it replaces, and finds
+/// its domain by which wrapper it is, not by `ctx`: a thread that calls the
+/// raw domain without the GIL while `PyMem_SetAllocator` copies the struct
+/// (possible when `record --pid` installs into a running process) may pair
+/// the old functions with the new `ctx` or the reverse, and both pairs are
+/// then right.
 #[no_mangle]
 pub extern "C" fn memtrace_sampler_install() -> c_int {
     let (Some(get), Some(set)) = (
@@ -83,21 +90,43 @@ pub extern "C" fn memtrace_sampler_install() -> c_int {
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return 1;
     }
-    for domain in &DOMAINS {
-        let id = domain.id as c_int;
-        // SAFETY: `previous` is not read before the allocator below is set.
-        unsafe { get(id, domain.previous.get()) };
-        let mut wrapper = PyMemAllocatorEx {
-            ctx: std::ptr::from_ref(domain).cast_mut().cast(),
-            malloc: Some(wrapped_malloc),
-            calloc: Some(wrapped_calloc),
-            realloc: Some(wrapped_realloc),
-            free: Some(wrapped_free),
-        };
-        // SAFETY: CPython copies the struct.
-        unsafe { set(id, &mut wrapper) };
-    }
+    install::<0>(get, set);
+    install::<1>(get, set);
+    install::<2>(get, set);
     0
+}
+
+/// Installs the sampler on a running process and turns sampling on with a
+/// countdown mean of `mean_bytes` (`--sample-bytes`): what the script that
+/// `memtrace record --pid --allocations` has CPython run (PEP 768) calls.
+/// Returns what [`memtrace_sampler_install`] returns; sampling is on unless
+/// that is -1.
+#[no_mangle]
+pub extern "C" fn memtrace_sampler_start(mean_bytes: u64) -> c_int {
+    let installed = memtrace_sampler_install();
+    if installed >= 0 {
+        control::start(mean_bytes);
+    }
+    installed
+}
+
+/// Puts the wrappers of `DOMAINS[D]` over the allocator it has.
+fn install<const D: usize>(get: GetAllocatorFn, set: SetAllocatorFn) {
+    let domain = &DOMAINS[D];
+    let id = domain.id as c_int;
+    // SAFETY: `previous` is not read before the allocator below is set.
+    unsafe { get(id, domain.previous.get()) };
+    // SAFETY: written just above, no longer written.
+    let ctx = unsafe { (*domain.previous.get()).ctx };
+    let mut wrapper = PyMemAllocatorEx {
+        ctx,
+        malloc: Some(wrapped_malloc::<D>),
+        calloc: Some(wrapped_calloc::<D>),
+        realloc: Some(wrapped_realloc::<D>),
+        free: Some(wrapped_free::<D>),
+    };
+    // SAFETY: CPython copies the struct.
+    unsafe { set(id, &mut wrapper) };
 }
 
 /// `name` in the process's global scope, as a function of type `F`.
@@ -112,17 +141,13 @@ unsafe fn lookup<F>(name: &CStr) -> Option<F> {
     (!symbol.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&symbol) })
 }
 
-/// The domain and its previous allocator behind a wrapper's `ctx`.
-///
-/// # Safety
-/// `ctx` is the `ctx` [`memtrace_sampler_install`] installed.
+/// `DOMAINS[D]` and the allocator it had before.
 #[inline(always)]
-unsafe fn domain<'a>(ctx: *mut c_void) -> (&'a Domain, &'a PyMemAllocatorEx) {
-    // SAFETY: `ctx` points into `DOMAINS`; `previous` is no longer written.
-    unsafe {
-        let domain = &*ctx.cast::<Domain>();
-        (domain, &*domain.previous.get())
-    }
+fn domain<const D: usize>() -> (&'static Domain, &'static PyMemAllocatorEx) {
+    let domain = &DOMAINS[D];
+    // SAFETY: `previous` is written before the wrappers are installed and
+    // no longer written.
+    (domain, unsafe { &*domain.previous.get() })
 }
 
 /// Runs `call` as a wrapped allocator call; samples the block it returns
@@ -142,50 +167,51 @@ fn sample_call(
     ptr
 }
 
-unsafe extern "C" fn wrapped_malloc(ctx: *mut c_void, size: usize) -> *mut c_void {
-    // SAFETY: called by CPython with our ctx.
-    let (domain, previous) = unsafe { domain(ctx) };
+// The wrappers call the previous allocator with the `ctx` they are given:
+// the previous allocator's own (see `memtrace_sampler_install`).
+
+unsafe extern "C" fn wrapped_malloc<const D: usize>(ctx: *mut c_void, size: usize) -> *mut c_void {
+    let (domain, previous) = domain::<D>();
     let Some(malloc) = previous.malloc else {
         return std::ptr::null_mut();
     };
     // SAFETY: the previous allocator, with its own ctx.
-    sample_call(domain, size, || unsafe { malloc(previous.ctx, size) })
+    sample_call(domain, size, || unsafe { malloc(ctx, size) })
 }
 
-unsafe extern "C" fn wrapped_calloc(ctx: *mut c_void, count: usize, size: usize) -> *mut c_void {
-    // SAFETY: called by CPython with our ctx.
-    let (domain, previous) = unsafe { domain(ctx) };
+unsafe extern "C" fn wrapped_calloc<const D: usize>(
+    ctx: *mut c_void,
+    count: usize,
+    size: usize,
+) -> *mut c_void {
+    let (domain, previous) = domain::<D>();
     let Some(calloc) = previous.calloc else {
         return std::ptr::null_mut();
     };
     let total = count.saturating_mul(size);
     // SAFETY: the previous allocator, with its own ctx.
-    sample_call(domain, total, || unsafe {
-        calloc(previous.ctx, count, size)
-    })
+    sample_call(domain, total, || unsafe { calloc(ctx, count, size) })
 }
 
-unsafe extern "C" fn wrapped_realloc(
+unsafe extern "C" fn wrapped_realloc<const D: usize>(
     ctx: *mut c_void,
     ptr: *mut c_void,
     size: usize,
 ) -> *mut c_void {
-    // SAFETY: called by CPython with our ctx.
-    let (domain, previous) = unsafe { domain(ctx) };
+    let (domain, previous) = domain::<D>();
     let Some(realloc) = previous.realloc else {
         return std::ptr::null_mut();
     };
     before_free(ptr);
     // SAFETY: the previous allocator, with its own ctx.
-    sample_call(domain, size, || unsafe { realloc(previous.ctx, ptr, size) })
+    sample_call(domain, size, || unsafe { realloc(ctx, ptr, size) })
 }
 
-unsafe extern "C" fn wrapped_free(ctx: *mut c_void, ptr: *mut c_void) {
-    // SAFETY: called by CPython with our ctx.
-    let (_, previous) = unsafe { domain(ctx) };
+unsafe extern "C" fn wrapped_free<const D: usize>(ctx: *mut c_void, ptr: *mut c_void) {
+    let (_, previous) = domain::<D>();
     before_free(ptr);
     if let Some(free) = previous.free {
         // SAFETY: the previous allocator, with its own ctx.
-        unsafe { free(previous.ctx, ptr) };
+        unsafe { free(ctx, ptr) };
     }
 }

@@ -1,7 +1,7 @@
 //! Serde form of the kernel's [`ProcessCounters`] (a `no_std` type without
 //! serde) for process starts, captures and reports: zero fields left out,
 //! the kernel's own bookkeeping (`brk_end`, `exit_flags`, `mm`,
-//! `parent_tgid`, `in_execve`, `exec_count`) not written (read back as 0). The compiler checks the field list
+//! `parent_tgid`, `in_execve`, `exec_count`, `sampling`) not written (read back as 0). The compiler checks the field list
 //! against the type.
 
 use memtrace_common::{ProcessCounters, RSS_MEMBER_COUNT};
@@ -68,6 +68,8 @@ pub(crate) struct CountersDef {
     exec_count: u32,
     #[serde(skip)]
     _pad: u32,
+    #[serde(skip)]
+    sampling: memtrace_common::SamplingState,
 }
 
 #[cfg(test)]

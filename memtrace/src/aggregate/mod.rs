@@ -41,9 +41,9 @@ pub use model::{
 };
 pub use progress::{LivePath, LiveProcess, LiveSnapshot};
 pub use snapshot::{
-    short_command, ExactCounters, Origin, PathReport, ProcessKind, ProcessReport, PythonPath,
-    Report, RssSummary, RunMeta, SampledBytes, SharingSummary, StackGrowthReport, Totals, Warning,
-    Weight,
+    error_bytes, short_command, ExactCounters, Origin, PathReport, ProcessKind, ProcessReport,
+    PythonPath, Report, RssSummary, RunMeta, SampledBytes, SharingSummary, StackGrowthReport,
+    Totals, Warning, Weight,
 };
 pub use stacks::StackId;
 pub use timeline::{RssPoint, MAX_TIMELINE_POINTS};
@@ -86,8 +86,12 @@ pub struct MemorySample {
     pub ts_ns: u64,
     /// What happened.
     pub event: memtrace_common::MemoryEvent,
-    /// Sampling weight, in bytes: what this sample stands for.
+    /// Sampling weight, in bytes: what this sample stands for (the mean
+    /// the kernel sampled it with, or its true size when larger).
     pub weight_bytes: u64,
+    /// The event's true size, in bytes (its weight's share of sampling
+    /// error is `weight * (weight - len)`).
+    pub len_bytes: u64,
     /// Pages it made resident, `[start, end)`, for growth events with a
     /// known address; `None` otherwise.
     pub pages: Option<std::ops::Range<u64>>,

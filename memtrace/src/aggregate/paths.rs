@@ -145,6 +145,7 @@ impl PathTable {
                     stack,
                     bytes: path.bytes,
                     peak_held_bytes: path.peak_held_bytes,
+                    peak_held_error_bytes: path.bytes.standard_error_bytes(path.peak_held_bytes),
                     growth_share: share(path.bytes.grown_bytes(), image.grown_bytes()),
                     peak_held_share: share(path.peak_held_bytes, image_peak),
                     cow_share: share(path.bytes.cow_bytes, image.cow_bytes),

@@ -355,6 +355,12 @@ impl AllocationTracker {
         }
     }
 
+    /// The start time (boot-time ns) of the running process `tgid`, its
+    /// identity with the tgid (an exec keeps it).
+    pub fn start_time_of(&self, tgid: u32) -> Option<u64> {
+        self.running.get(&tgid).map(|p| p.start_time_ns)
+    }
+
     /// `tgid` is gone (exited, or exec'd into a new image).
     pub fn process_ended(&mut self, tgid: u32) {
         if let Some(mut process) = self.running.remove(&tgid) {

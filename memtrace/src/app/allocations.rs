@@ -16,6 +16,7 @@ use memtrace_common::{
     ALLOC_UNTRACKED, MM_ANONPAGES,
 };
 
+use super::sampler::Sampler;
 use super::session::{monotonic_ns, Session};
 use crate::aggregate::RunMeta;
 use crate::allocations::{AllocationsReport, KernelAllocStats, SampledBlock};
@@ -32,14 +33,30 @@ use crate::stacks::RecordStack;
 /// one whatever the time).
 const ALLOCATIONS_CAPTURE_INTERVAL: Duration = Duration::from_secs(30);
 
+/// The CPython whose allocator API a process's hooks go on.
+#[derive(Clone, Debug)]
+pub(super) struct HookedPython {
+    /// The mapped file that defines the API (libpython or the executable).
+    pub(super) binary: PathBuf,
+    /// A free-threaded build (3.13t): its `PyObject_*` and `PyMem_*`
+    /// allocate from mimalloc, never from pymalloc's pools.
+    pub(super) free_threaded: bool,
+}
+
 impl Session {
-    /// A traced process (image) entered the trace at monotonic `ts_ns`.
+    /// A traced process (image) entered the trace at monotonic `ts_ns`, its
+    /// start time read from /proc (in clock ticks).
     pub(super) fn alloc_started(&mut self, tgid: u32, ts_ns: u64) {
-        let Some(tracker) = &mut self.allocations else {
-            return;
-        };
         let start_time_ns = crate::process::proc::start_time_ns(tgid).unwrap_or(0);
-        tracker.process_started(tgid, start_time_ns, ts_ns);
+        self.alloc_image_started(tgid, start_time_ns, ts_ns);
+    }
+
+    /// A traced process's image that starts at monotonic `ts_ns` with the
+    /// process's `start_time_ns` (boot-time ns).
+    fn alloc_image_started(&mut self, tgid: u32, start_time_ns: u64, ts_ns: u64) {
+        if let Some(tracker) = &mut self.allocations {
+            tracker.process_started(tgid, start_time_ns, ts_ns);
+        }
     }
 
     /// A fork's child: its own process, hooked at once when its parent is
@@ -54,8 +71,8 @@ impl Session {
         if tracker.pending(fork.header.tgid) {
             return; // the parent is not hooked yet: the child is once probed
         }
-        let binary = self.alloc_python_binary.get(&fork.header.tgid).cloned();
-        self.hook_allocator(child, binary);
+        let python = self.alloc_python_binary.get(&fork.header.tgid).cloned();
+        self.hook_allocator(child, python);
     }
 
     /// A traced process exec'd: the old image's probes are gone with its
@@ -67,8 +84,15 @@ impl Session {
             return;
         };
         tracker.rss_anon(tgid, counters.rss_bytes[MM_ANONPAGES]);
+        // The process is the same (tgid, start time) after its exec: the
+        // new image keeps the start time its fork record gave (exact, where
+        // /proc rounds to clock ticks).
+        let start_time_ns = tracker.start_time_of(tgid);
         self.alloc_exited(tgid);
-        self.alloc_started(tgid, ts_ns);
+        match start_time_ns {
+            Some(start_time_ns) => self.alloc_image_started(tgid, start_time_ns, ts_ns),
+            None => self.alloc_started(tgid, ts_ns),
+        }
     }
 
     /// A traced process is gone (its exit record, or it was found missing
@@ -83,10 +107,10 @@ impl Session {
         self.tracer.detach_allocator(tgid);
     }
 
-    /// Attaches the allocator probes of `tgid` (CPython's in
-    /// `python_binary`, libc's in the libc it maps), once; a process that
-    /// cannot be hooked keeps the default mode, with the reason printed.
-    pub(super) fn hook_allocator(&mut self, tgid: u32, python_binary: Option<PathBuf>) {
+    /// Attaches the allocator probes of `tgid` (CPython's in `python`'s
+    /// binary, libc's in the libc it maps), once; a process that cannot be
+    /// hooked keeps the default mode, with the reason printed.
+    pub(super) fn hook_allocator(&mut self, tgid: u32, python: Option<HookedPython>) {
         let Some(tracker) = &mut self.allocations else {
             return;
         };
@@ -94,7 +118,20 @@ impl Session {
             return;
         };
         let libc = mapped_libc(tgid);
-        let sampler = self.alloc_sampler.as_ref().map(|files| files.library());
+        let python_binary = python.as_ref().map(|p| p.binary.as_path());
+        let sampler = match &mut self.alloc_sampler {
+            Some(Sampler::Preloaded(files)) => Some(files.library().to_owned()),
+            Some(Sampler::Remote(remote)) => match remote.prepare(tgid) {
+                Ok(library) => Some(library),
+                Err(err) => {
+                    let reason = format!("{err:#}");
+                    report_not_hooked(tgid, &reason);
+                    tracker.not_hooked(tgid, reason);
+                    return;
+                }
+            },
+            None => None,
+        };
         if sampler.is_none() && python_binary.is_none() && libc.is_none() {
             let reason = "it maps no CPython allocator and no glibc libc.so".to_owned();
             report_not_hooked(tgid, &reason);
@@ -104,15 +141,29 @@ impl Session {
         match self.tracer.attach_allocator(
             tgid,
             start_time_ns,
-            python_binary.as_deref(),
+            python_binary,
             libc.as_deref(),
-            sampler,
+            sampler.as_deref(),
         ) {
             Ok(binaries) => {
+                if let Err(err) = self.install_remote_sampler(tgid) {
+                    let reason = format!("{err:#}");
+                    self.tracer.detach_allocator(tgid);
+                    report_not_hooked(tgid, &reason);
+                    if let Some(tracker) = &mut self.allocations {
+                        tracker.not_hooked(tgid, reason);
+                    }
+                    return;
+                }
+                let Some(tracker) = &mut self.allocations else {
+                    return;
+                };
                 let names = binaries.iter().map(|p| file_name(p)).collect();
-                tracker.hooked(tgid, names, monotonic_ns(), uses_pymalloc(tgid));
-                if let Some(binary) = python_binary {
-                    self.alloc_python_binary.insert(tgid, binary);
+                let free_threaded = python.as_ref().is_some_and(|p| p.free_threaded);
+                let pymalloc = !free_threaded && uses_pymalloc(tgid);
+                tracker.hooked(tgid, names, monotonic_ns(), pymalloc);
+                if let Some(python) = python {
+                    self.alloc_python_binary.insert(tgid, python);
                 }
             }
             Err(err) => {
@@ -123,14 +174,24 @@ impl Session {
         }
     }
 
+    /// `record --pid`: installs the sampler in `tgid`, whose probes on its
+    /// markers are attached (nothing to do for `run`, or for a child that
+    /// inherited it).
+    fn install_remote_sampler(&mut self, tgid: u32) -> anyhow::Result<()> {
+        match &mut self.alloc_sampler {
+            Some(Sampler::Remote(remote)) => remote.install(tgid),
+            _ => Ok(()),
+        }
+    }
+
     /// The end of a session with the sampler: sampling stops in every
     /// hooked process still running (its wrappers only forward from now).
     pub(super) fn stop_samplers(&self) {
-        let Some(files) = &self.alloc_sampler else {
+        let Some(sampler) = &self.alloc_sampler else {
             return;
         };
         for tgid in self.tracer.hooked_allocators() {
-            if let Err(err) = files.stop_sampling(tgid) {
+            if let Err(err) = sampler.stop_sampling(tgid) {
                 eprintln!("memtrace: process {tgid}: cannot stop its sampler: {err:#}");
             }
         }

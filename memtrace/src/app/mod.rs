@@ -63,12 +63,6 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
     for &pid in &pids {
         check_target(pid, allow_init, common.no_follow_forks)?;
     }
-    if common.allocations && common.alloc_hooks == Some(AllocHooksArg::Sampler) {
-        anyhow::bail!(
-            "--alloc-hooks sampler needs the sampler loaded at the program's start: use \
-             `memtrace run --allocations`; `record --pid` hooks the allocators with uprobes"
-        );
-    }
     let files = files::RunFiles::prepare(&mut common)?;
     let profile_sinks = crate::sinks::open_profile_sinks(&common.profile_sinks)?;
     let command = format!("memtrace record --pid {}", join(&pids));
@@ -87,7 +81,10 @@ async fn record(pids: Vec<u32>, allow_init: bool, mut common: CommonArgs) -> Res
             }
         ),
     );
-    let (mut session, mut reader) = Session::start(&common, &command, None)?;
+    let sampler = uses_sampler(&common).then(|| {
+        sampler::Sampler::Remote(sampler::remote::RemoteSampler::new(common.sample_bytes))
+    });
+    let (mut session, mut reader) = Session::start(&common, &command, sampler)?;
     for &pid in &pids {
         let root = session.add_running(pid, None, root_role(pid))?;
         if !common.no_follow_forks {
@@ -119,8 +116,7 @@ async fn run_command(
         &common,
         "loading the eBPF programs (a few seconds) before starting the command ...",
     );
-    let sampler = (common.allocations
-        && common.alloc_hooks.unwrap_or(AllocHooksArg::Sampler) == AllocHooksArg::Sampler)
+    let sampler = uses_sampler(&common)
         .then(sampler::SamplerFiles::write)
         .transpose()?;
     let mut envs = Vec::new();
@@ -130,6 +126,7 @@ async fn run_command(
     if let Some(files) = &sampler {
         envs.extend(files.environment(common.sample_bytes));
     }
+    let sampler = sampler.map(sampler::Sampler::Preloaded);
     let (mut session, mut reader) = Session::start(&common, &command, sampler)?;
     let held = spawn_held(argv, &envs)?;
     session.add_launched(held.pid)?;
@@ -140,6 +137,13 @@ async fn run_command(
         .await?;
     let status = session::stop_child(&mut child);
     session.finish(&reader, &common, &files, status, profile_sinks)
+}
+
+/// Whether `--allocations` hooks the allocators with the in-process
+/// sampler (the default of `run` and `record`).
+fn uses_sampler(common: &CommonArgs) -> bool {
+    common.allocations
+        && common.alloc_hooks.unwrap_or(AllocHooksArg::Sampler) == AllocHooksArg::Sampler
 }
 
 /// `memtrace completions SHELL`: the completion script clap_complete writes

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::allocations::HookedPython;
 use super::session::Session;
 use crate::{
     aggregate::PythonStatus,
@@ -55,7 +56,14 @@ impl Session {
                     return;
                 }
                 self.watch_finalization(tgid, &process.binary, process.version);
-                self.hook_allocator(tgid, Some(process.binary.clone()));
+                if let Some(super::sampler::Sampler::Remote(remote)) = &mut self.alloc_sampler {
+                    remote.python_found(tgid, &process);
+                }
+                let hooked = HookedPython {
+                    binary: process.binary.clone(),
+                    free_threaded: process.free_threaded,
+                };
+                self.hook_allocator(tgid, Some(hooked));
                 self.stacks.resolver.register(tgid, &process);
                 if let Some(id) = self.tree.id_of(tgid) {
                     self.census.python(tgid, id, &process);

@@ -244,6 +244,7 @@ impl Session {
             ts_ns: record.header.ts_ns,
             event,
             weight_bytes: record.weight_bytes,
+            len_bytes: record.len_bytes,
             pages: resident_pages(event, record.addr, record.len_bytes),
             rss_bytes: record.rss_bytes,
             stack,

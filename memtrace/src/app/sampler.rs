@@ -1,10 +1,11 @@
 //! Allocator mode with the in-process sampler (`--alloc-hooks sampler`),
-//! before the first step of its data flow: writes the sampler library
-//! (`memtrace/sampler`, embedded by build.rs) and memtrace's
+//! before the first step of its data flow: for `run`, writes the sampler
+//! library (`memtrace/sampler`, embedded by build.rs) and memtrace's
 //! `sitecustomize.py` into a folder of this session under `/run/memtrace`
-//! (0700), gives `run`'s command the environment that loads them, turns
-//! sampling off in the processes still running at the end, and removes the
-//! folder.
+//! (0700) and gives the command the environment that loads them; for
+//! `record --pid`, installs it in running CPython 3.14+ processes
+//! ([`remote`]); turns sampling off in the processes still running at the
+//! end, and removes the files.
 
 use std::ffi::OsString;
 use std::fs::{DirBuilder, OpenOptions};
@@ -14,6 +15,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use memtrace_common::{SAMPLER_FILE_NAME, SAMPLER_ON_SYMBOL};
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+
+pub(super) mod remote;
 
 /// The sampler library, built by memtrace/build.rs.
 static LIBRARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmemtrace_sampler.so"));
@@ -108,15 +111,55 @@ impl SamplerFiles {
         };
         let offset = symbol_offset(LIBRARY, SAMPLER_ON_SYMBOL)
             .context("the sampler library has no `memtrace_sampler_on`")?;
-        let mem = format!("/proc/{tgid}/mem");
-        let file = OpenOptions::new()
-            .write(true)
-            .open(&mem)
-            .with_context(|| format!("cannot open `{mem}`"))?;
-        file.write_all_at(&0u32.to_ne_bytes(), base + offset)
-            .with_context(|| format!("cannot write `{mem}`"))?;
+        write_on_flag(tgid, base + offset, false)?;
         Ok(true)
     }
+}
+
+/// How the sampler gets into the traced processes.
+#[derive(Debug)]
+pub(super) enum Sampler {
+    /// `run`: preloaded into the command.
+    Preloaded(SamplerFiles),
+    /// `record --pid`: installed in each running CPython 3.14+ (PEP 768).
+    Remote(remote::RemoteSampler),
+}
+
+impl Sampler {
+    /// Turns sampling off in `tgid` if it maps this session's library.
+    /// Returns whether it did.
+    ///
+    /// # Errors
+    /// When the library's symbol or the process's memory cannot be read or
+    /// written.
+    pub(super) fn stop_sampling(&self, tgid: u32) -> Result<bool> {
+        match self {
+            Self::Preloaded(files) => files.stop_sampling(tgid),
+            Self::Remote(remote) => remote.stop_sampling(tgid),
+        }
+    }
+}
+
+/// Writes `on` to `memtrace_sampler_on` at `addr` of `tgid` (through
+/// /proc/PID/mem).
+fn write_on_flag(tgid: u32, addr: u64, on: bool) -> Result<()> {
+    let mem = format!("/proc/{tgid}/mem");
+    let file = OpenOptions::new()
+        .write(true)
+        .open(&mem)
+        .with_context(|| format!("cannot open `{mem}`"))?;
+    file.write_all_at(&u32::from(on).to_ne_bytes(), addr)
+        .with_context(|| format!("cannot write `{mem}`"))
+}
+
+/// Reads `memtrace_sampler_on` at `addr` of `tgid`.
+fn read_on_flag(tgid: u32, addr: u64) -> Result<bool> {
+    let mem = format!("/proc/{tgid}/mem");
+    let file = std::fs::File::open(&mem).with_context(|| format!("cannot open `{mem}`"))?;
+    let mut value = [0u8; 4];
+    file.read_exact_at(&mut value, addr)
+        .with_context(|| format!("cannot read `{mem}`"))?;
+    Ok(u32::from_ne_bytes(value) != 0)
 }
 
 impl Drop for SamplerFiles {

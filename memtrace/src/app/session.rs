@@ -49,6 +49,14 @@ const SAMPLER_COST: &str = "allocator mode with the in-process sampler: memtrace
      library is preloaded into the command and wraps CPython's allocators and libc malloc; \
      allocation-heavy code ran 1.0-2.0x slower in the bench (memray: 1.4-4.1x)";
 
+/// What `record --pid --allocations` with the sampler does to the targets,
+/// said when it starts (docs/allocations.md).
+const REMOTE_SAMPLER_COST: &str = "allocator mode with the in-process sampler: each CPython \
+     3.14+ target runs a two-line script memtrace hands it through CPython's remote debugging \
+     (PEP 768), which loads memtrace's sampler library with ctypes and wraps its allocators \
+     (libc malloc of native code is not seen); at the end they only forward. Allocation-heavy \
+     code ran 1.0-2.0x slower under the sampler in the bench (memray: 1.4-4.1x)";
+
 /// How often the kernel's per-process counters are read (the recorder keeps
 /// about one read per process per second for the RSS timeline, with PSS and
 /// USS), new processes probed for CPython, and progress shown.
@@ -120,12 +128,14 @@ pub(super) struct Session {
     pub(super) stop_reason: Option<StopReason>,
     /// `--allocations`: the allocator-mode aggregation.
     pub(super) allocations: Option<AllocationTracker>,
-    /// `--allocations`: the CPython binary whose allocator API is hooked,
-    /// per process (a fork's child gets its parent's).
-    pub(super) alloc_python_binary: std::collections::HashMap<u32, std::path::PathBuf>,
-    /// `--alloc-hooks sampler`: this session's sampler library, whose
-    /// markers the allocator probes go on.
-    pub(super) alloc_sampler: Option<super::sampler::SamplerFiles>,
+    /// `--allocations`: the CPython whose allocator API is hooked (its
+    /// binary, whether it is free-threaded), per process (a fork's child
+    /// gets its parent's).
+    pub(super) alloc_python_binary:
+        std::collections::HashMap<u32, super::allocations::HookedPython>,
+    /// `--alloc-hooks sampler`: how this session's sampler gets into the
+    /// processes; the allocator probes go on its library's markers.
+    pub(super) alloc_sampler: Option<super::sampler::Sampler>,
     /// `--allocations --capture`: the allocations report last written to
     /// the capture, and when.
     pub(super) alloc_captured: Option<(AllocationsReport, std::time::Instant)>,
@@ -145,7 +155,7 @@ impl Session {
     pub(super) fn start(
         common: &CommonArgs,
         command: &str,
-        sampler: Option<super::sampler::SamplerFiles>,
+        sampler: Option<super::sampler::Sampler>,
     ) -> Result<(Self, RecordReader)> {
         let load_started = Instant::now();
         let fleet = super::fleet::Fleet::open_for_record(&common.sinks, common.render.top)?;
@@ -172,7 +182,7 @@ impl Session {
     fn load(
         common: &CommonArgs,
         command: &str,
-        sampler: Option<super::sampler::SamplerFiles>,
+        sampler: Option<super::sampler::Sampler>,
         ring_bytes: Option<u32>,
         load_started: Instant,
     ) -> Result<(Self, RecordReader)> {
@@ -223,10 +233,10 @@ impl Session {
             fleet: None,
         };
         if common.allocations {
-            let cost = if session.alloc_sampler.is_some() {
-                SAMPLER_COST
-            } else {
-                UPROBES_COST
+            let cost = match session.alloc_sampler {
+                Some(super::sampler::Sampler::Preloaded(_)) => SAMPLER_COST,
+                Some(super::sampler::Sampler::Remote(_)) => REMOTE_SAMPLER_COST,
+                None => UPROBES_COST,
             };
             eprintln!("memtrace: {cost}");
         }

@@ -286,6 +286,8 @@ struct SampledBytesDef {
     held_bytes: i64,
     #[serde(default, skip_serializing_if = "is_zero")]
     samples: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    variance_kib2: u64,
 }
 
 #[cfg(test)]

@@ -240,6 +240,8 @@ impl<W: Write> Recorder<W> {
     pub fn memory(&mut self, sample: MemorySample) {
         let stack = self.aggregator.intern(sample.stack);
         let mut bytes = SampledBytes::from_event(sample.event, sample.weight_bytes);
+        bytes.variance_kib2 =
+            SampledBytes::sample_variance_kib2(sample.weight_bytes, sample.len_bytes);
         if bytes.grown_bytes() > 0 {
             self.changes.clear();
             match sample.pages {

@@ -6,7 +6,9 @@
 //! pool headers; `glibc` walks malloc's heaps and arenas; `binary` finds
 //! their state in the mapped files; `remote` reads (`process_vm_readv`)
 //! and counts the bytes read. Method and measured accuracy:
-//! shared/notes/census.md.
+//! shared/notes/census.md. A free-threaded CPython (3.13t) allocates its
+//! objects with mimalloc, not pymalloc: its heaps are not read, and the
+//! census says so ([`Census::mimalloc`]).
 //!
 //! Cost, bounded: a census reads headers only (48 B per pymalloc pool, a
 //! page window per glibc chunk header) and stops a heap's walk past
@@ -46,6 +48,11 @@ pub struct Census {
     /// pymalloc's arenas; `None` when the process runs no CPython memtrace
     /// can read, or its arena state was not found.
     pub pymalloc: Option<PymallocCensus>,
+    /// The process runs a free-threaded CPython, whose objects live in
+    /// mimalloc's heaps: not read (no pymalloc arenas to read either), so
+    /// [`Self::live_bytes`] counts glibc's chunks only.
+    #[serde(default)]
+    pub mimalloc: bool,
     /// glibc's heaps; `None` when no glibc 2.26+ malloc state was found.
     pub glibc: Option<GlibcCensus>,
     /// Bytes read from the target for this census.
@@ -171,6 +178,7 @@ impl Censuses {
         Ok(Census {
             taken_ns: now_ns,
             pymalloc,
+            mimalloc: python.is_some_and(|py| py.free_threaded),
             glibc,
             read_bytes: memory.bytes_read() + residency.bytes_read,
             elapsed_ns: started.elapsed().as_nanos() as u64,
@@ -220,6 +228,9 @@ fn locate_pymalloc(
     maps: &[MemoryMap],
     py: &PythonProcess,
 ) -> Option<ArenaVars> {
+    if py.free_threaded {
+        return None; // mimalloc's heaps, no pymalloc arenas
+    }
     let binary = MappedBinary::find(tgid, maps, |p| p == py.binary, &["_Py_GetAllocatedBlocks"])?;
     if (py.version.major, py.version.minor) >= (3, 12) {
         let data = read_writable(memory, &binary)?;

@@ -13,7 +13,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aggregate::{Frame, PathReport, ProcessId, ProcessKind, ProcessReport, Report, StackId};
+use crate::aggregate::{
+    error_bytes, Frame, PathReport, ProcessId, ProcessKind, ProcessReport, Report, StackId,
+};
 
 use super::amount::{self, Amount};
 use super::paths::held_until;
@@ -82,19 +84,36 @@ pub struct Place {
     pub share: f64,
     /// The stacks summed into it.
     pub stacks: Vec<StackId>,
-    /// Samples behind `bytes` (each stands for about `--sample-bytes`
-    /// bytes): with `n` of them a figure is off by about `1/sqrt(n)` (one
-    /// standard error of the Poisson count), [`Place::uncertainty`].
+    /// Samples behind `bytes` (each stands for at most `--sample-bytes`
+    /// bytes, less while its process grew slowly).
     #[serde(default)]
     pub samples: u64,
+    /// The sampling variance of `bytes`, in KiB² (the paths' shares of
+    /// theirs, [`crate::aggregate::SampledBytes::variance_share_kib2`]); its root is
+    /// [`Place::error_bytes`].
+    #[serde(default)]
+    pub variance_kib2: u64,
 }
 
 impl Place {
-    /// One standard error of `bytes` as a fraction of it, `1/sqrt(samples)`
-    /// (byte sampling draws a Poisson count of samples per path); 1 with no
-    /// sample.
+    /// One standard error of `bytes` from byte sampling, in bytes.
+    pub fn error_bytes(&self) -> u64 {
+        error_bytes(self.variance_kib2)
+    }
+
+    /// [`Place::error_bytes`] as a fraction of `bytes` (0 with no bytes).
     pub fn uncertainty(&self) -> f64 {
-        1.0 / (self.samples.max(1) as f64).sqrt()
+        if self.bytes == 0 {
+            return 0.0;
+        }
+        self.error_bytes() as f64 / self.bytes as f64
+    }
+
+    /// Whether `self` and `other` differ by no more than byte sampling can
+    /// explain: two standard errors of their difference (about 95 %).
+    pub fn tied_with(&self, other: &Place) -> bool {
+        let variance_kib2 = self.variance_kib2.saturating_add(other.variance_kib2);
+        self.bytes.abs_diff(other.bytes) <= 2 * error_bytes(variance_kib2)
     }
 }
 
@@ -355,6 +374,7 @@ fn places(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Place> {
             Some(known) => {
                 known.bytes += bytes;
                 known.samples += path.bytes.samples;
+                known.variance_kib2 += path.bytes.variance_share_kib2(bytes);
                 known.import_time |= place.import_time;
                 if known.native_library.is_none() {
                     known.native_library = place.native_library;
@@ -366,6 +386,7 @@ fn places(report: &Report, findings: &[Finding], cause: &Cause) -> Vec<Place> {
             None => places.push(Place {
                 bytes,
                 samples: path.bytes.samples,
+                variance_kib2: path.bytes.variance_share_kib2(bytes),
                 stacks: vec![path.stack],
                 ..place
             }),
@@ -461,6 +482,7 @@ pub(crate) fn place_of(frames: &[Frame]) -> Place {
         share: 0.0,
         stacks: Vec::new(),
         samples: 0,
+        variance_kib2: 0,
     }
 }
 
@@ -483,4 +505,27 @@ pub(crate) fn place_frame(frames: &[Frame]) -> &Frame {
         })
         .or(frames.last())
         .unwrap_or(&EMPTY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::place_of;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn places_within_two_standard_errors_of_their_difference_are_tied() {
+        let place = |mib: u64, error_mib: u64| super::Place {
+            bytes: mib * MIB,
+            variance_kib2: (error_mib * 1024).pow(2),
+            ..place_of(&[])
+        };
+        // 10 ± 1 and 8 ± 1 MiB: the difference, 2 MiB, is within 2 * 1.41.
+        assert!(place(10, 1).tied_with(&place(8, 1)));
+        // 10 ± 1 and 5 ± 1 MiB are told apart.
+        assert!(!place(10, 1).tied_with(&place(5, 1)));
+        // Records of their true size have no error: any difference ranks.
+        assert!(!place(10, 0).tied_with(&place(9, 0)));
+        assert!((place(10, 1).uncertainty() - 0.1).abs() < 1e-9);
+    }
 }

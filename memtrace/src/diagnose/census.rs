@@ -148,6 +148,11 @@ fn census_line(reading: &Reading) -> String {
             format_bytes(p.free_bytes())
         ));
     }
+    if census.mimalloc {
+        line.push_str(
+            "; CPython's objects are in mimalloc's heaps (a free-threaded build), not read",
+        );
+    }
     if let Some(g) = &census.glibc {
         line.push_str(&format!(
             "; glibc {} arena(s), {} in use, {} free and resident ({} in thread arenas)",

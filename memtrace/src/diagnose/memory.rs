@@ -7,6 +7,7 @@ use crate::aggregate::{ProcessReport, RssPoint};
 use crate::units::format_bytes;
 
 use super::seconds;
+pub(super) use super::teardown::Reading;
 use super::teardown::{self, Teardown};
 
 /// Which memory of a process a per-process finding reads.
@@ -29,17 +30,6 @@ impl Basis {
             Self::WithoutFile => "RSS without file-backed pages",
         }
     }
-}
-
-/// One reading of a process's memory on a [`Basis`].
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Reading {
-    /// Since the run start.
-    pub(super) t_ns: u64,
-    /// The memory on the basis.
-    pub(super) bytes: u64,
-    /// Page faults plus address-space syscalls so far (cumulative).
-    pub(super) activity: u64,
 }
 
 /// One process image's memory over its active life (which ends where its
@@ -93,7 +83,7 @@ impl Memory {
             life_ns: p.traced_ns,
             teardown: None,
         };
-        Some(match teardown::of(p, &whole) {
+        Some(match teardown::of(p, &whole.readings) {
             Some(teardown) => whole.before(p, teardown),
             None => whole,
         })

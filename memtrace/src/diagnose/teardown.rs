@@ -4,8 +4,8 @@
 //! dropped on the way out) from a release during its life, so that a
 //! release in teardown is said as such and never makes a spike, a
 //! retention-then-release or noise. Patterns are judged, and "how much"
-//! quoted, over the image's active life: its [`Memory`] up to the
-//! teardown.
+//! quoted, over the image's active life: its memory (`super::memory`) up
+//! to the teardown, which builds on this module (never the other way).
 //!
 //! The signals, all from the image's own record:
 //! - the image ended by exiting: its exit began (CPython's finalization
@@ -26,8 +26,20 @@
 use crate::aggregate::{ExitBegin, ProcessReport};
 use crate::units::format_bytes;
 
-use super::memory::Memory;
 use super::{seconds, MIN_GROWTH_BYTES};
+
+/// One reading of a process's memory on a basis (its RSS, or its RSS
+/// without file-backed pages: `super::memory::Basis`), the input of
+/// [`of`] and of `super::memory::Memory`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reading {
+    /// Since the run start.
+    pub(super) t_ns: u64,
+    /// The memory on the basis.
+    pub(super) bytes: u64,
+    /// Page faults plus address-space syscalls so far (cumulative).
+    pub(super) activity: u64,
+}
 
 /// A release counts as teardown only when it starts at most this long
 /// before the image's exit began: a service's shutdown hook, a pool's
@@ -86,10 +98,9 @@ impl Teardown {
     }
 }
 
-/// The teardown at the end of `p`'s `memory`, if its last moments were one
-/// (see the module's signals).
-pub(super) fn of(p: &ProcessReport, memory: &Memory) -> Option<Teardown> {
-    let readings = &memory.readings;
+/// The teardown at the end of `p`'s memory `readings` (its whole life,
+/// oldest first), if its last moments were one (see the module's signals).
+pub(super) fn of(p: &ProcessReport, readings: &[Reading]) -> Option<Teardown> {
     let to_ns = p.exit_began_ns.or(p.exited_ns)?;
     let last = readings.last()?;
     if p.exec_ns.is_some() || readings.len() < 3 {

@@ -11,11 +11,17 @@
 //! free_threaded`, then one nested struct per CPython struct, each starting
 //! with that struct's `size` and followed by `uint64_t` offsets.
 //!
+//! A free-threaded build (3.13t) describes its larger object headers in
+//! the same struct, at the same positions as the default build's (its
+//! values read with 3.13's positions pass [`check`] and the live frame
+//! check; `debug_offsets_tests` holds them).
+//!
 //! Which nested struct starts where changes between minor versions (3.14
 //! and 3.15 insert fields), so [`POSITIONS`] holds, per minor version, the
 //! start of each nested struct memtrace reads (`ptype /o struct
 //! _Py_DebugOffsets` in gdb against the debug info of pyenv's 3.13.0 and of
-//! Debian's 3.14.10 and 3.15.2, 2026-12-02). Within a nested struct the
+//! Debian's 3.14.10 and 3.15.2, 2026-12-02; `pyobject` and `type_object`
+//! 2026-12-04). Within a nested struct the
 //! fields memtrace reads kept their places in all three (3.15 inserted
 //! `base_frame` and two profiler fields before `thread_state.thread_id`,
 //! which is why that one is per version too). A minor version newer than
@@ -57,6 +63,8 @@ struct Positions {
     code_object: usize,
     bytes_object: usize,
     unicode_object: usize,
+    pyobject: usize,
+    type_object: usize,
     /// `unicode_object.compactunicodeobject_size` (3.15+), from the start
     /// of `unicode_object`.
     compact_size: Option<usize>,
@@ -76,6 +84,8 @@ const POSITIONS: [Positions; 3] = [
         code_object: 272,
         bytes_object: 512,
         unicode_object: 536,
+        pyobject: 352,
+        type_object: 368,
         compact_size: None,
     },
     Positions {
@@ -89,6 +99,8 @@ const POSITIONS: [Positions; 3] = [
         code_object: 312,
         bytes_object: 592,
         unicode_object: 616,
+        pyobject: 400,
+        type_object: 416,
         compact_size: None,
     },
     Positions {
@@ -102,6 +114,8 @@ const POSITIONS: [Positions; 3] = [
         code_object: 376,
         bytes_object: 688,
         unicode_object: 712,
+        pyobject: 464,
+        type_object: 480,
         compact_size: Some(32),
     },
 ];
@@ -129,12 +143,30 @@ pub struct DebugLayout {
     pub bytes: BytesLayout,
     /// Str-object fields.
     pub unicode: UnicodeLayout,
+    /// Object-header fields, for the live check of the layout.
+    pub object: ObjectLayout,
+    /// `free_threaded`: a `Py_GIL_DISABLED` build (3.13t), whose allocator
+    /// is mimalloc, not pymalloc.
+    pub free_threaded: bool,
 }
 
-/// `PyTypeObject.tp_name`: after `PyObject_VAR_HEAD` (refcount, type,
-/// size: 24 bytes) in every version (Include/cpython/object.h); the value
-/// `_Py_DebugOffsets.type_object.tp_name` holds on 3.13-3.15.
-pub const TYPE_NAME_OFFSET: u64 = 24;
+/// Where an object's type and a type's name are: `pyobject.ob_type` and
+/// `type_object.tp_name` of `_Py_DebugOffsets` (8 and 24 in a default
+/// build; 24 and 40 in 3.13t, whose `PyObject` header starts with
+/// `ob_tid`, `ob_mutex`, `ob_gc_bits`, `ob_ref_local`, `ob_ref_shared`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectLayout {
+    /// `PyObject.ob_type` (`PyTypeObject *`).
+    pub ob_type: u64,
+    /// `PyTypeObject.tp_name` (`const char *`).
+    pub tp_name: u64,
+}
+
+/// The newest minor version whose free-threaded build memtrace reads:
+/// 3.14t runs per-thread copies of the bytecode (`co_tlbc`, indexed by the
+/// frame's `tlbc_index`), so its `instr_ptr` is not relative to
+/// `co_code_adaptive`; that build is not available to test here.
+const NEWEST_FREE_THREADED_MINOR: u8 = 13;
 
 /// The header of `_Py_DebugOffsets`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,7 +212,8 @@ fn positions(minor: u8) -> Option<(Positions, bool)> {
 /// # Errors
 /// - [`ProbeError::NoDebugOffsets`]: no cookie;
 /// - [`ProbeError::DebugOffsetsVersion`]: the struct describes another version;
-/// - [`ProbeError::FreeThreaded`]: a `Py_GIL_DISABLED` build;
+/// - [`ProbeError::FreeThreaded`]: a `Py_GIL_DISABLED` build newer than
+///   3.13t;
 /// - [`ProbeError::DebugOffsetsField`]: a field the walk needs is past its
 ///   struct's size, does not fit the walk's 16-bit offsets, or is unreadable
 ///   (the message names it).
@@ -201,7 +234,7 @@ pub fn check(
             found: header.version_hex,
         });
     }
-    if header.free_threaded {
+    if header.free_threaded && version.minor > NEWEST_FREE_THREADED_MINOR {
         return Err(ProbeError::FreeThreaded { version, binary });
     }
     let Some((pos, _)) = positions(version.minor).filter(|_| version.major == 3) else {
@@ -229,6 +262,8 @@ pub fn check(
         code_name: reader.walk(p(co, 24, "code_object.qualname"), 8)?,
         tstate_interp: reader.walk(p(ts, 24, "thread_state.interp"), 8)?,
         tstate_thread_id: NO_OFFSET,
+        // `PyCodeObject` starts with `PyObject_VAR_HEAD`, as `PyBytesObject`.
+        code_shape: reader.walk(p(by, 8, "bytes_object.ob_size"), 8)?,
     };
     let threads = ThreadLists {
         interpreters_head: reader.offset(p(rt, 16, "runtime_state.interpreters_head"), 8)?,
@@ -263,6 +298,11 @@ pub fn check(
             ascii_size_bytes: ascii_size,
             compact_size_bytes: compact_size,
         },
+        object: ObjectLayout {
+            ob_type: reader.offset(p(pos.pyobject, 8, "pyobject.ob_type"), 8)?,
+            tp_name: reader.offset(p(pos.type_object, 8, "type_object.tp_name"), 8)?,
+        },
+        free_threaded: header.free_threaded,
     })
 }
 
@@ -312,6 +352,72 @@ impl Reader<'_> {
                 why: format!("the BPF walk's offsets are below {NO_OFFSET}"),
             })
     }
+}
+
+/// Where `_Py_DebugOffsets.debugger_support` (PEP 768, 3.14+) starts: it
+/// is the struct's last part, six `uint64_t` with no `size` of their own
+/// (Include/internal/pycore_debug_offsets.h; 712 on 3.14.10, 840 on 3.15.2,
+/// read from the running interpreters' `_PyRuntime`).
+const DEBUGGER_SUPPORT_BYTES: usize = 6 * 8;
+
+/// `interpreter_state.threads_main`, from the start of `interpreter_state`
+/// (after `size`, `id`, `next`, `threads_head`; 3.13-3.15).
+const THREADS_MAIN: usize = 32;
+
+/// What the remote-debugging protocol of PEP 768 needs (3.14+), read from
+/// `_Py_DebugOffsets`: all are offsets, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteDebugLayout {
+    /// `runtime_state.interpreters_head` in `_PyRuntime`: the main
+    /// interpreter's `PyInterpreterState *`.
+    pub interpreters_head: u64,
+    /// `interpreter_state.threads_main`: the main thread's `PyThreadState *`.
+    pub threads_main: u64,
+    /// `PyThreadState.eval_breaker` (a `uintptr_t`).
+    pub eval_breaker: u64,
+    /// `PyThreadState.remote_debugger_support` (a `_PyRemoteDebuggerSupport`).
+    pub support: u64,
+    /// `PyInterpreterState.config.remote_debug` (an `int`: 1 when enabled).
+    pub enabled: u64,
+    /// `_PyRemoteDebuggerSupport.debugger_pending_call` (an `int32_t`).
+    pub pending_call: u64,
+    /// `_PyRemoteDebuggerSupport.debugger_script_path` (a `char[]`).
+    pub script_path: u64,
+    /// Bytes of `debugger_script_path`, its NUL included.
+    pub script_path_bytes: u64,
+}
+
+/// The remote-debugging layout of a 3.14+ interpreter from `debug` (as
+/// [`check`] takes it); `None` below 3.14, for a minor version whose
+/// struct size is not known, or when a value is out of its range (the
+/// support fields past 4 KiB, the path buffer not 16 bytes to 4 KiB).
+#[must_use]
+pub fn remote_debug(debug: &[u8], version_hex: u32) -> Option<RemoteDebugLayout> {
+    let version = PythonVersion::from_hex(version_hex);
+    if version.major != 3 || version.minor < 14 {
+        return None;
+    }
+    let (pos, known) = positions(version.minor)?;
+    if !known {
+        return None;
+    }
+    let at = |position: usize| u64_at(debug, position);
+    let support = pos.struct_bytes - DEBUGGER_SUPPORT_BYTES;
+    let layout = RemoteDebugLayout {
+        interpreters_head: at(pos.runtime_state + 16)?,
+        threads_main: at(pos.interpreter_state + THREADS_MAIN)?,
+        eval_breaker: at(support)?,
+        support: at(support + 8)?,
+        enabled: at(support + 16)?,
+        pending_call: at(support + 24)?,
+        script_path: at(support + 32)?,
+        script_path_bytes: at(support + 40)?,
+    };
+    let small = |v: u64| v < 4096;
+    (small(layout.pending_call)
+        && small(layout.script_path)
+        && (16..=4096).contains(&layout.script_path_bytes))
+    .then_some(layout)
 }
 
 #[cfg(test)]

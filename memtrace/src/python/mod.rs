@@ -10,7 +10,9 @@
 //!   /proc/PID/mem, `linetable` decodes CPython 3.11+ location tables and
 //!   `lnotab` the 3.9/3.10 line tables; `version` reads what a binary's
 //!   name and data say about its version, and `debug_offsets` checks
-//!   3.13+'s `_Py_DebugOffsets` against the table.
+//!   3.13+'s `_Py_DebugOffsets` against the table;
+//! - [`remote_exec`] speaks CPython 3.14's remote-debugging protocol
+//!   (PEP 768): a running interpreter runs a script file memtrace names.
 
 mod code;
 mod debug_offsets;
@@ -19,6 +21,7 @@ mod lnotab;
 mod mem;
 mod offsets;
 mod probe;
+pub mod remote_exec;
 #[cfg(test)]
 mod table_fixtures;
 mod threads;

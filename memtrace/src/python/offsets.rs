@@ -15,7 +15,7 @@
 //!
 //! Versions before 3.13 are done: [`LAYOUTS`] does not grow.
 
-use memtrace_common::{PyOffsets, NO_OFFSET};
+use memtrace_common::{PyOffsets, CODE_SHAPE_OFFSET, NO_OFFSET};
 
 /// Where a process's pthread key of thread states and its main
 /// interpreter are.
@@ -180,6 +180,7 @@ const WALK_FRAME_OBJECTS: PyOffsets = PyOffsets {
     code_name: CODE_3_9.qualname as u16,
     tstate_interp: 16,
     tstate_thread_id: 176,
+    code_shape: CODE_SHAPE_OFFSET as u16,
 };
 
 /// `PyBytesObject`: `PyObject_VAR_HEAD` (refcount, type, size) then data.
@@ -267,6 +268,7 @@ pub const LAYOUTS: &[VersionLayout] = &[
             code_name: CODE.qualname as u16,
             tstate_interp: 16,
             tstate_thread_id: 152,
+            code_shape: CODE_SHAPE_OFFSET as u16,
         },
         runtime: RuntimeLayout::Table {
             tss_key: 596,
@@ -299,6 +301,7 @@ pub const LAYOUTS: &[VersionLayout] = &[
             code_name: CODE.qualname as u16,
             tstate_interp: 16,
             tstate_thread_id: NO_OFFSET,
+            code_shape: CODE_SHAPE_OFFSET as u16,
         },
         runtime: RuntimeLayout::Table {
             tss_key: 1548,

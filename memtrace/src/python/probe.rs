@@ -8,8 +8,8 @@
 //! for static builds such as Debian's `/usr/bin/python3.11`), compute its
 //! load bias from its `PT_LOAD` segments and the mapping, read `Py_Version`
 //! through /proc/PID/mem (3.9 and 3.10 have none: their version comes from
-//! the file name and `.rodata`, see `version`), refuse free-threaded builds,
-//! check 3.13+'s `_Py_DebugOffsets` against the table (`debug_offsets`),
+//! the file name and `.rodata`, see `version`), read 3.13+'s layout from
+//! its `_Py_DebugOffsets` (`debug_offsets`; free-threaded 3.13t too),
 //! look the version up in `offsets::LAYOUTS`, and read
 //! the pthread TSS key of `_PyRuntime.autoTSSkey`.
 
@@ -34,6 +34,9 @@ use super::version;
 pub struct PythonProcess {
     /// The interpreter's version, from `Py_Version`.
     pub version: PythonVersion,
+    /// A free-threaded build (`_Py_DebugOffsets.free_threaded`, 3.13t):
+    /// its allocator is mimalloc, so there are no pymalloc arenas.
+    pub free_threaded: bool,
     /// The mapped file that defines `_PyRuntime` (libpython or the
     /// executable), as named in /proc/PID/maps.
     pub binary: PathBuf,
@@ -234,16 +237,14 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
         }
     };
     let version = PythonVersion::from_hex(version_hex);
-    let free_threaded_name = version::from_file_name(&binary).is_some_and(|n| n.free_threaded);
-    if free_threaded_name {
-        return Err(ProbeError::FreeThreaded { version, binary });
-    }
     let runtime = symbols.runtime_addr;
+    let mut free_threaded = false;
     let found = if (version.major, version.minor) >= (3, 13) {
         let debug = memory
             .read_array::<DEBUG_OFFSETS_READ_BYTES>(runtime)
             .map_err(|source| memory_error(tgid, source))?;
         let layout = debug_offsets::check(&debug, version_hex, &binary)?;
+        free_threaded = layout.free_threaded;
         threads::find(&memory, runtime, version, &layout)?
     } else {
         let Some(layout) = offsets::layout(version.major, version.minor) else {
@@ -260,6 +261,7 @@ fn read_runtime(tgid: u32, binary: PathBuf, symbols: &RuntimeSymbols) -> Result<
     };
     Ok(Probe::Python(Box::new(PythonProcess {
         version,
+        free_threaded,
         binary,
         runtime_addr: runtime,
         info: PyProcessInfo {

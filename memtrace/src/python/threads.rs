@@ -16,7 +16,7 @@
 
 use memtrace_common::NO_OFFSET;
 
-use super::debug_offsets::{DebugLayout, TYPE_NAME_OFFSET};
+use super::debug_offsets::{DebugLayout, ObjectLayout};
 use super::mem::{MemError, ProcessMemory};
 use super::offsets::{RuntimeLayout, VersionLayout};
 use super::types::{ProbeError, PythonVersion};
@@ -232,7 +232,8 @@ fn check_frame(
         return Ok(());
     };
     let code = code & !3;
-    if type_name(memory, code).ok().as_deref() != Some("code") {
+    let object = &layout.object;
+    if type_name(memory, object, code).ok().as_deref() != Some("code") {
         return Err(field_error(
             version,
             "interpreter_frame.executable",
@@ -241,7 +242,7 @@ fn check_frame(
         ));
     }
     let filename = memory.read_u64(code + layout.code.filename).unwrap_or(0);
-    if type_name(memory, filename).ok().as_deref() != Some("str") {
+    if type_name(memory, object, filename).ok().as_deref() != Some("str") {
         return Err(field_error(
             version,
             "code_object.filename",
@@ -252,11 +253,15 @@ fn check_frame(
     Ok(())
 }
 
-/// The `tp_name` of `object`'s type (its first 8 bytes).
-fn type_name(memory: &ProcessMemory, object: u64) -> Result<String, MemError> {
-    // `PyObject.ob_type` follows the 8-byte refcount (Include/object.h).
-    let object_type = memory.read_u64(object.wrapping_add(8))?;
-    let name = memory.read_u64(object_type.wrapping_add(TYPE_NAME_OFFSET))?;
+/// The `tp_name` of `object`'s type (its first 8 bytes), through the
+/// header fields of `layout`.
+fn type_name(
+    memory: &ProcessMemory,
+    layout: &ObjectLayout,
+    object: u64,
+) -> Result<String, MemError> {
+    let object_type = memory.read_u64(object.wrapping_add(layout.ob_type))?;
+    let name = memory.read_u64(object_type.wrapping_add(layout.tp_name))?;
     let bytes = memory.read_array::<8>(name)?;
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())

@@ -142,9 +142,10 @@ pub enum ProbeError {
         /// `_Py_DebugOffsets.version`.
         found: u64,
     },
-    /// A free-threaded (`Py_GIL_DISABLED`, PEP 703) build: its object
-    /// headers and frames differ from the table's GIL builds.
-    #[error("CPython {version} (`{binary}`) is a free-threaded build (Py_GIL_DISABLED): stacks off, only GIL builds are supported")]
+    /// A free-threaded (`Py_GIL_DISABLED`, PEP 703) build newer than 3.13t:
+    /// its frames run per-thread copies of the bytecode (`co_tlbc`), which
+    /// the walk does not read.
+    #[error("CPython {version} (`{binary}`) is a free-threaded build (Py_GIL_DISABLED): stacks off; memtrace reads the free-threaded 3.13t and the GIL builds, not the per-thread bytecode copies (co_tlbc) of 3.14t and later")]
     FreeThreaded {
         /// The version.
         version: PythonVersion,

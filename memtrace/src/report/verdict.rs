@@ -33,8 +33,8 @@ const MAX_TGIDS_NAMED: usize = 6;
 const MAX_COMMAND_CHARS: usize = 40;
 
 /// A place's sampling error is said from this fraction of its bytes on
-/// (one standard error, `1/sqrt(samples)`: under 44 samples, about 22 MiB
-/// at the default 512 KiB mean). 0.15.
+/// (one standard error, [`Place::uncertainty`]: with every sample at the
+/// default 512 KiB mean and a third of its size, about 15 MiB). 0.15.
 const SAY_UNCERTAINTY_FROM: f64 = 0.15;
 
 /// Traced time from which growth rates are given per minute, not per
@@ -190,7 +190,11 @@ fn cause_text(report: &Diagnosed, number: usize, cause: &Cause) -> CauseText {
         places: cause
             .places
             .iter()
-            .map(|place| place_text(cause, place))
+            .enumerate()
+            .map(|(index, place)| {
+                let above = index.checked_sub(1).map(|i| &cause.places[i]);
+                place_text(cause, place, above)
+            })
             .collect(),
         next: cause.next_step.clone(),
         weak_because: weak_because(report, cause),
@@ -483,8 +487,11 @@ fn spike_height(report: &Report, cause: &Cause) -> Option<String> {
 }
 
 /// `render_report (app.py:84) via dumps, at import: 48.5 MiB held at the
-/// end (57% of the sampled)`.
-fn place_text(cause: &Cause, place: &Place) -> String {
+/// end (57% of the sampled)`; with the sampling error when it is large
+/// (`; ±18% from 31 samples`), and, when byte sampling cannot tell it from
+/// the place `above` it, that it is not ranked below it (`; as much as the
+/// place above, within sampling error`).
+fn place_text(cause: &Cause, place: &Place, above: Option<&Place>) -> String {
     let mut line = place.frame.short();
     if let Some(via) = &place.via {
         line.push_str(&format!(" via {}", via.short()));
@@ -508,13 +515,44 @@ fn place_text(cause: &Cause, place: &Place) -> String {
             place.samples
         ));
     }
+    if above.is_some_and(|above| above.tied_with(place)) {
+        text.push_str("; as much as the place above, within sampling error");
+    }
     text.push(')');
     text
 }
 
 #[cfg(test)]
 mod tests {
-    use super::library_name;
+    use super::{library_name, lines};
+    use crate::report::fixtures::server_diagnosed;
+
+    /// The server fixture's cause names append (36 MiB) then parse
+    /// (12 MiB): with a standard error of 10 MiB each (their difference's,
+    /// 14.1 MiB, twice over is more than 24 MiB) they are not told apart, and append's error is said; with records of their true size
+    /// (no error) the ranking stands and nothing is said.
+    #[test]
+    fn places_sampling_cannot_tell_apart_are_said_as_such() {
+        let mut report = server_diagnosed();
+        let exact = lines(&report).join("\n");
+        assert!(exact.contains("append (cache.py:42): 36.0 MiB"), "{exact}");
+        assert!(!exact.contains("±") && !exact.contains("within sampling error"));
+        for place in &mut report.causes[0].places {
+            place.variance_kib2 = (10 * 1024_u64).pow(2);
+        }
+        let sampled = lines(&report).join("\n");
+        assert!(
+            sampled.contains("36.0 MiB held at the end (75% of the sampled; ±28% from 2 samples)"),
+            "{sampled}"
+        );
+        assert!(
+            sampled.contains(
+                "parse (io;v2.py:7): 12.0 MiB held at the end (25% of the sampled; ±83% from 1 \
+                 samples; as much as the place above, within sampling error)"
+            ),
+            "{sampled}"
+        );
+    }
 
     #[test]
     fn libraries_are_named_without_version_or_abi_tag() {

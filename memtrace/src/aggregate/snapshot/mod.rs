@@ -22,7 +22,7 @@ use super::{rank_key, ExitStatus, Frame, ProcessId, StackId};
 
 pub use kind::ProcessKind;
 pub(super) use kind::{assign as assign_kinds, kinds, Facts as KindFacts};
-pub use paths::{PathReport, SampledBytes, StackGrowthReport, Weight};
+pub use paths::{error_bytes, PathReport, SampledBytes, StackGrowthReport, Weight};
 pub use process::short_command;
 pub use process::{ExactCounters, ProcessReport, RssSummary, SharingSummary};
 pub use python_paths::PythonPath;
@@ -310,6 +310,7 @@ mod tests {
                 ..SampledBytes::default()
             },
             peak_held_bytes: 20,
+            peak_held_error_bytes: 0,
             growth_share: 1.0,
             peak_held_share: 1.0,
             cow_share: 0.0,

@@ -36,6 +36,13 @@ pub struct SampledBytes {
     pub held_bytes: i64,
     /// Samples summed.
     pub samples: u64,
+    /// Sum over the samples of `w * (w - len)` (weight and true size of
+    /// each), in KiB²: the unbiased estimate of the variance of the byte
+    /// totals above that byte sampling with probability `len / w` gives
+    /// (Horvitz-Thompson), 0 for records kept at their true size. Its root
+    /// is one standard error, [`SampledBytes::standard_error_bytes`].
+    #[serde(default)]
+    pub variance_kib2: u64,
 }
 
 impl SampledBytes {
@@ -61,6 +68,31 @@ impl SampledBytes {
         };
         *slot = weight_bytes;
         bytes
+    }
+
+    /// The variance share, in KiB², of one sample of weight `weight_bytes`
+    /// for an event of `len_bytes`: `w * (w - len)` (0 when `len >= w`).
+    pub fn sample_variance_kib2(weight_bytes: u64, len_bytes: u64) -> u64 {
+        let excess = weight_bytes.saturating_sub(len_bytes) as f64;
+        (weight_bytes as f64 * excess / (1024.0 * 1024.0)).round() as u64
+    }
+
+    /// The variance, in KiB², of `bytes`: a part (held at the high-water
+    /// mark or at the end) of what these totals sampled, taken to carry its
+    /// share of the variance (`variance * bytes / grown`).
+    pub fn variance_share_kib2(&self, bytes: u64) -> u64 {
+        let grown = self.grown_bytes().max(self.cow_bytes);
+        if grown == 0 || bytes == 0 {
+            return 0;
+        }
+        let share = (bytes as f64 / grown as f64).min(1.0);
+        (self.variance_kib2 as f64 * share).round() as u64
+    }
+
+    /// One standard error of `bytes` (as in
+    /// [`SampledBytes::variance_share_kib2`]), in bytes.
+    pub fn standard_error_bytes(&self, bytes: u64) -> u64 {
+        error_bytes(self.variance_share_kib2(bytes))
     }
 
     /// A change of `delta_bytes` in the bytes a path holds (no sample).
@@ -98,7 +130,13 @@ impl SampledBytes {
         self.unmapped_bytes = self.unmapped_bytes.saturating_add(other.unmapped_bytes);
         self.held_bytes = self.held_bytes.saturating_add(other.held_bytes);
         self.samples = self.samples.saturating_add(other.samples);
+        self.variance_kib2 = self.variance_kib2.saturating_add(other.variance_kib2);
     }
+}
+
+/// One standard error, in bytes, of a variance in KiB².
+pub fn error_bytes(variance_kib2: u64) -> u64 {
+    (1024.0 * (variance_kib2 as f64).sqrt()) as u64
 }
 
 /// Which bytes rank and weigh paths (`--weight`): flame graphs, folded
@@ -152,6 +190,11 @@ pub struct PathReport {
     /// Sampled bytes this path held when its image's RSS was at its
     /// high-water mark.
     pub peak_held_bytes: u64,
+    /// One standard error of `peak_held_bytes` from byte sampling
+    /// ([`SampledBytes::standard_error_bytes`]), in bytes: with
+    /// `bytes.samples`, how far the figure can be trusted.
+    #[serde(default)]
+    pub peak_held_error_bytes: u64,
     /// `bytes.grown_bytes()` as a fraction (0..=1) of the image's sampled
     /// growth; 0 when it has none.
     pub growth_share: f64,
@@ -200,5 +243,43 @@ impl StackGrowthReport {
     /// The bytes `weight` counts for this stack.
     pub fn weight_bytes(&self, weight: Weight) -> u64 {
         weight.bytes(self.peak_held_bytes, &self.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIB: u64 = 1024;
+
+    #[test]
+    fn a_record_of_its_true_size_adds_no_variance_and_a_sampled_one_adds_w_times_w_minus_len() {
+        assert_eq!(SampledBytes::sample_variance_kib2(128 * KIB, 128 * KIB), 0);
+        assert_eq!(SampledBytes::sample_variance_kib2(128 * KIB, 256 * KIB), 0);
+        assert_eq!(
+            SampledBytes::sample_variance_kib2(512 * KIB, 128 * KIB),
+            512 * 384
+        );
+    }
+
+    #[test]
+    fn a_part_of_the_growth_carries_its_share_of_the_variance() {
+        // 16 samples of 512 KiB for 128 KiB events: 8 MiB, a variance of
+        // 16 * 512 * 384 KiB².
+        let bytes = SampledBytes {
+            growth_bytes: 16 * 512 * KIB,
+            samples: 16,
+            variance_kib2: 16 * 512 * 384,
+            ..SampledBytes::default()
+        };
+        let whole = bytes.standard_error_bytes(bytes.growth_bytes);
+        assert_eq!(whole, error_bytes(16 * 512 * 384));
+        assert_eq!(whole, (1024.0 * (16.0_f64 * 512.0 * 384.0).sqrt()) as u64);
+        assert_eq!(
+            bytes.variance_share_kib2(bytes.growth_bytes / 4),
+            4 * 512 * 384
+        );
+        assert_eq!(bytes.standard_error_bytes(0), 0);
+        assert_eq!(SampledBytes::default().standard_error_bytes(KIB), 0);
     }
 }

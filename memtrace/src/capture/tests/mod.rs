@@ -64,6 +64,7 @@ fn sample(
         ts_ns,
         event,
         weight_bytes: bytes,
+        len_bytes: bytes,
         pages,
         rss_bytes,
         stack: stack.to_vec(),

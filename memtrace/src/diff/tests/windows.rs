@@ -45,6 +45,7 @@ fn windows_capture(path: &Path) -> capture::Capture {
             ts_ns,
             event: MemoryEvent::AnonGrowth,
             weight_bytes: pages.end - pages.start,
+            len_bytes: pages.end - pages.start,
             pages: Some(pages),
             rss_bytes,
             stack,

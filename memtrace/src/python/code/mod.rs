@@ -17,7 +17,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-use memtrace_common::{code_fingerprint, PyFrame, CODE_SHAPE_OFFSET};
+use memtrace_common::{code_fingerprint, PyFrame};
 use thiserror::Error;
 
 use super::linetable::{self, LineTableError};
@@ -132,7 +132,7 @@ struct CodeObject {
     first_lineno: i32,
     /// The fingerprint BPF computes for it ([`code_fingerprint`] of its
     /// first line, the address of its name str (`co_qualname`, or
-    /// `co_name` on 3.9/3.10) and the word at `CODE_SHAPE_OFFSET`).
+    /// `co_name` on 3.9/3.10) and the shape word at `walk.code_shape`).
     fingerprint: u32,
     function: String,
     file: String,
@@ -308,7 +308,10 @@ impl CodeObject {
     fn read(memory: &ProcessMemory, layout: &VersionLayout, addr: u64) -> Result<Self, ReadError> {
         let code = &layout.code;
         let first_lineno_offset = u64::from(layout.walk.code_firstlineno);
-        let header_end = (code.linetable + 8).max(first_lineno_offset + 4);
+        let shape_offset = u64::from(layout.walk.code_shape);
+        let header_end = (code.linetable + 8)
+            .max(first_lineno_offset + 4)
+            .max(shape_offset + 8);
         let header_len = usize::try_from(header_end).unwrap_or(0);
         let mut header = vec![0u8; header_len];
         memory.read_exact(addr, &mut header)?;
@@ -322,7 +325,7 @@ impl CodeObject {
             fingerprint: code_fingerprint(
                 first_lineno.cast_unsigned(),
                 qualname,
-                field::<8>(&header, CODE_SHAPE_OFFSET).map_or(0, u64::from_le_bytes),
+                field::<8>(&header, shape_offset).map_or(0, u64::from_le_bytes),
             ),
             function: read_str(memory, &layout.unicode, qualname)?,
             file: display_file(read_str(memory, &layout.unicode, filename)?),

@@ -79,7 +79,9 @@ fn walk(memory: &ProcessMemory, tstate: u64, offsets: &PyOffsets) -> Vec<PyFrame
         let name = memory
             .read_u64(code + u64::from(offsets.code_name))
             .unwrap();
-        let shape = memory.read_u64(code + CODE_SHAPE_OFFSET).unwrap();
+        let shape = memory
+            .read_u64(code + u64::from(offsets.code_shape))
+            .unwrap();
         let instr_index = if offsets.code_adaptive == NO_OFFSET {
             // 3.9/3.10: the low half is the `int f_lasti`.
             i32::from_le_bytes(instr.to_le_bytes()[..4].try_into().unwrap())

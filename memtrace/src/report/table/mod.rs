@@ -391,9 +391,9 @@ fn growth_stacks(
     let title = format!(
         "Top paths across processes (sampled, summed over processes; one per Python stack, \
          the native frames under it as its children; ranked by bytes {0}, share of all {0}; \
-         innermost frame first)\n{1}",
+         ±PEAK: one standard error of HELD AT PEAK from sampling; innermost frame first)\n{1}",
         weight.describe(),
-        measures_header("IN")
+        measures_header(&format!("{:>10}  {:>7}  IN", "±PEAK", "SAMPLES"))
     );
     ranked_section(
         &title,
@@ -428,8 +428,13 @@ fn python_path_entry(
 ) -> io::Result<()> {
     writeln!(
         out,
-        "{rank:>3}. {}  {}: {}",
+        "{rank:>3}. {}  {:>10}  {:>7}  {}: {}",
         measures(path.peak_held_bytes, &path.bytes, share),
+        format!(
+            "±{}",
+            format_bytes(path.bytes.standard_error_bytes(path.peak_held_bytes))
+        ),
+        path.bytes.samples,
         text::counted(
             u64::try_from(path.processes.len()).unwrap_or(u64::MAX),
             "process",
@@ -476,9 +481,9 @@ fn growth_paths(
     let paths = report.top_paths(weight, top);
     let title = format!(
         "Top paths per process (sampled; ranked by bytes {0}, share of the process's {0}; \
-         innermost frame first)\n{1}",
+         ±PEAK: one standard error of HELD AT PEAK from sampling; innermost frame first)\n{1}",
         weight.describe(),
-        measures_header("PROCESS")
+        measures_header(&format!("{:>10}  {:>7}  PROCESS", "±PEAK", "SAMPLES"))
     );
     ranked_section(
         &title,
@@ -492,7 +497,12 @@ fn growth_paths(
                 .filter(|p| p.process == path.process)
                 .fold(0, |sum: u64, p| sum.saturating_add(p.weight_bytes(weight)));
             let share = text::percent(path.weight_bytes(weight), whole);
-            let line = measures(path.peak_held_bytes, &path.bytes, &share);
+            let line = format!(
+                "{}  {:>10}  {:>7}",
+                measures(path.peak_held_bytes, &path.bytes, &share),
+                format!("±{}", format_bytes(path.peak_held_error_bytes)),
+                path.bytes.samples
+            );
             path_entry(report, rank, path, &line, out)
         },
     )

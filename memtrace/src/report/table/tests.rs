@@ -238,19 +238,20 @@ fn merged_paths_show_all_three_measures_ranked_by_held_at_peak() {
     let expected = "Top paths across processes (sampled, summed over processes; \
                     one per Python stack, the native frames under it as its children; \
                     ranked by bytes held at peak, share of all held at peak; \
+                    ±PEAK: one standard error of HELD AT PEAK from sampling; \
                     innermost frame first)\n\
-                    \x20    HELD AT PEAK   HELD AT END       GROWN   SHARE  IN\n\
-                    \x20 1.     60.0 MiB      60.0 MiB    60.0 MiB   40.0%  \
+                    \x20    HELD AT PEAK   HELD AT END       GROWN   SHARE       ±PEAK  SAMPLES  IN\n\
+                    \x20 1.     60.0 MiB      60.0 MiB    60.0 MiB   40.0%        ±0 B        1  \
                     1 process: tgid 202.0\n\
                     \x20       load (etl.py:12)\n\
                     \x20       <module> (etl.py:1)\n\
                     \x20       native: malloc 100.0%\n\
-                    \x20 2.     50.0 MiB      40.0 MiB   120.0 MiB   33.3%  \
+                    \x20 2.     50.0 MiB      40.0 MiB   120.0 MiB   33.3%        ±0 B        3  \
                     1 process: tgid 201\n\
                     \x20       handle_job (app/jobs.py:20)\n\
                     \x20       <module> (app/worker.py:1)\n\
                     \x20       native: malloc 100.0%\n\
-                    \x20 3.     40.0 MiB      30.0 MiB    40.0 MiB   26.7%  \
+                    \x20 3.     40.0 MiB      30.0 MiB    40.0 MiB   26.7%        ±0 B        3  \
                     2 processes: tgid 201, 201#2\n\
                     \x20       append (app/cache.py:42)\n\
                     \x20       <module> (app/worker.py:1)\n\
@@ -276,7 +277,8 @@ fn the_weight_reranks_the_paths_and_their_shares() {
     // handle_job: 120 of 220 MiB grown.
     assert!(
         merged.contains(
-            "  1.     50.0 MiB      40.0 MiB   120.0 MiB   54.5%  1 process: tgid 201\n\
+            "  1.     50.0 MiB      40.0 MiB   120.0 MiB   54.5%        ±0 B        3  \
+             1 process: tgid 201\n\
              \x20       handle_job"
         ),
         "{merged}"
@@ -291,9 +293,9 @@ fn the_weight_reranks_the_paths_and_their_shares() {
     assert_eq!(
         ranks,
         [
-            "  1.     60.0 MiB      60.0 MiB    60.0 MiB  100.0%  tgid 202.0  python3 etl.py",
-            "  2.     50.0 MiB      40.0 MiB   120.0 MiB  100.0%  tgid 201  python3 -m app",
-            "  3.     30.0 MiB      30.0 MiB    30.0 MiB  100.0%  tgid 201#2  python3 -m app",
+            "  1.     60.0 MiB      60.0 MiB    60.0 MiB  100.0%        ±0 B        1  tgid 202.0  python3 etl.py",
+            "  2.     50.0 MiB      40.0 MiB   120.0 MiB  100.0%        ±0 B        3  tgid 201  python3 -m app",
+            "  3.     30.0 MiB      30.0 MiB    30.0 MiB  100.0%        ±0 B        2  tgid 201#2  python3 -m app",
         ],
         "{per_process}"
     );
@@ -310,18 +312,19 @@ fn per_process_paths_rank_each_image_apart() {
     assert_eq!(
         ranks,
         [
-            "  1.     60.0 MiB      60.0 MiB    60.0 MiB  100.0%  tgid 202.0  python3 etl.py",
-            "  2.     50.0 MiB      40.0 MiB   120.0 MiB   83.3%  tgid 201  python3 -m app",
-            "  3.     30.0 MiB      30.0 MiB    30.0 MiB  100.0%  tgid 201#2  python3 -m app",
-            "  4.     10.0 MiB           0 B    10.0 MiB   16.7%  tgid 201  python3 -m app",
+            "  1.     60.0 MiB      60.0 MiB    60.0 MiB  100.0%        ±0 B        1  tgid 202.0  python3 etl.py",
+            "  2.     50.0 MiB      40.0 MiB   120.0 MiB   83.3%        ±0 B        3  tgid 201  python3 -m app",
+            "  3.     30.0 MiB      30.0 MiB    30.0 MiB  100.0%        ±0 B        2  tgid 201#2  python3 -m app",
+            "  4.     10.0 MiB           0 B    10.0 MiB   16.7%        ±0 B        1  tgid 201  python3 -m app",
         ],
         "{per_process}"
     );
     assert!(
         per_process.starts_with(
             "Top paths per process (sampled; ranked by bytes held at peak, share of the \
-             process's held at peak; innermost frame first)\n\
-             \x20    HELD AT PEAK   HELD AT END       GROWN   SHARE  PROCESS\n"
+             process's held at peak; ±PEAK: one standard error of HELD AT PEAK from sampling; \
+             innermost frame first)\n\
+             \x20    HELD AT PEAK   HELD AT END       GROWN   SHARE       ±PEAK  SAMPLES  PROCESS\n"
         ),
         "{per_process}"
     );
@@ -333,7 +336,7 @@ fn the_prefork_leak_ranks_by_its_total_over_workers() {
     let merged = section(&text, MERGED);
     assert!(
         merged.contains(
-            "  1.     30.0 MiB      30.0 MiB    30.0 MiB   65.2%  \
+            "  1.     30.0 MiB      30.0 MiB    30.0 MiB   65.2%        ±0 B        3  \
              3 processes: tgid 101, 102, 103\n\
              \x20       append (app/cache.py:42)"
         ),
@@ -341,7 +344,7 @@ fn the_prefork_leak_ranks_by_its_total_over_workers() {
     );
     let per_process = section(&text, PER_PROCESS);
     assert!(
-        per_process.contains("  1.     16.0 MiB      16.0 MiB    16.0 MiB   61.5%  tgid 101"),
+        per_process.contains("  1.     16.0 MiB      16.0 MiB    16.0 MiB   61.5%        ±0 B"),
         "{per_process}"
     );
 }
