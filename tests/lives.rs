@@ -257,7 +257,10 @@ fn check_hold_then_exit(trace: Trace, mode: &str, began_by: &str) -> Trace {
         num(&exiting["status"]["VmRSS"]),
         EXACT,
         0.0,
-        &format!("end ({mode})"),
+        &format!(
+            "end ({mode}; exit began by {}, python {}, warnings {})",
+            row["exit_began_by"], row["python"], trace.report["warnings"]
+        ),
     );
     assert!(num(&row["rss"]["peak_bytes"]) >= num(&row["rss"]["end_bytes"]));
     assert_eq!(row["exit_began_by"], began_by, "{mode}: {row:#}");

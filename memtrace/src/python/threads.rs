@@ -92,7 +92,7 @@ pub fn find(
     let Some((slot, tstate)) = slot_offset(memory, first_thread, layout)? else {
         return Ok(None);
     };
-    check_frame(memory, tstate, layout, version)?;
+    check_frame_settled(memory, tstate, layout, version)?;
     Ok(Some(Found {
         layout: VersionLayout {
             major: version.major,
@@ -198,6 +198,35 @@ fn own_slot(memory: &ProcessMemory, fsbase: u64, tstate: u64) -> Option<(i32, i3
         ([], [first, second]) => Some((*first, *second)),
         _ => None,
     }
+}
+
+/// How often [`check_frame_settled`] tries the live check before it
+/// counts as failed.
+const FRAME_CHECK_TRIES: usize = 3;
+
+/// [`check_frame`], tried up to [`FRAME_CHECK_TRIES`] times 1 ms apart: the
+/// thread runs while memtrace reads it (a frame popped between reading the
+/// frame pointer and reading its code, and its memory reused, is a torn
+/// read, not a layout that differs), so only a check that fails every time
+/// refuses the process.
+///
+/// # Errors
+/// The last try's [`check_frame`] error.
+fn check_frame_settled(
+    memory: &ProcessMemory,
+    tstate: u64,
+    layout: &DebugLayout,
+    version: PythonVersion,
+) -> Result<(), ProbeError> {
+    let mut result = check_frame(memory, tstate, layout, version);
+    for _ in 1..FRAME_CHECK_TRIES {
+        if result.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        result = check_frame(memory, tstate, layout, version);
+    }
+    result
 }
 
 /// Checks the frame offsets on the live process: the innermost Python
