@@ -126,7 +126,8 @@ pub struct SoakReport {
     pub pprof_requests: u64,
     /// The agent's window interval.
     pub interval: Duration,
-    /// Prometheus's answer to `memtrace_resident_bytes` at the end, bytes.
+    /// Prometheus's answer to `memtrace_resident_bytes` after the last
+    /// block, before the agent stops, bytes.
     pub prometheus_own_rss_bytes: Option<f64>,
     /// The agent's last window line (its standard error).
     pub last_window_line: String,
@@ -184,6 +185,9 @@ pub fn run(args: &SoakArgs) -> Result<SoakReport> {
     };
     let sampler = Sampler::start(agent_pid, agent_port, args.sample_every, sent);
     let blocks = run_blocks(args, &traced_dir, &untraced_dir, agent_port);
+    // Asked while the agent still serves: once it stops, Prometheus marks
+    // its series stale and an instant query answers nothing.
+    let prometheus_own_rss_bytes = prometheus_value(prometheus_port, "memtrace_resident_bytes");
     terminate(&mut agent.0);
     let samples = sampler.stop();
     let blocks = blocks?;
@@ -194,7 +198,7 @@ pub fn run(args: &SoakArgs) -> Result<SoakReport> {
         collector_exports: collector_exports(&scratch),
         pprof_requests: pprof_requests.load(Ordering::Relaxed),
         interval: args.interval,
-        prometheus_own_rss_bytes: prometheus_value(prometheus_port, "memtrace_resident_bytes"),
+        prometheus_own_rss_bytes,
         last_window_line: log
             .lines()
             .rfind(|line| line.contains(": window "))
